@@ -1,0 +1,300 @@
+//! RabbitMQ: the topology both programs declare, and the versioned messages
+//! they exchange.
+//!
+//! ```text
+//! {p}.deliveries      quorum work queue; dead-letters poison messages to {p}.dead
+//! {p}.retry.<ms>ms    one quorum queue per retry delay: TTL, then dead-lettered
+//!                     (at least once) back to {p}.deliveries
+//! {p}.dead            messages that could not be processed, kept for operators
+//! {p}.lifecycle       fanout exchange of endpoint changes
+//! ```
+//! Declarations are idempotent: whichever process starts first creates them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use lapin::{
+    Channel, Connection, ConnectionProperties, ExchangeKind,
+    options::{ExchangeDeclareOptions, QueueDeclareOptions},
+    types::{AMQPValue, FieldTable, LongString, ShortString},
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::RetrySchedule;
+
+/// Version written into every message; readers accept this and older.
+pub const MESSAGE_VERSION: u32 = 1;
+
+/// How many times a delivery message may be handed back (crash, nack) before
+/// the broker moves it to the dead-letter queue.
+pub const DELIVERY_LIMIT: i64 = 50;
+
+/// Names of every exchange and queue of one deployment.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    prefix: String,
+    retry_delays: Vec<Duration>,
+}
+
+impl Topology {
+    /// The topology of `prefix`, with one retry queue per distinct delay.
+    pub fn new(prefix: &str, schedule: &RetrySchedule) -> Topology {
+        let mut retry_delays = schedule.delays().to_vec();
+        retry_delays.sort();
+        retry_delays.dedup();
+        Topology { prefix: prefix.to_owned(), retry_delays }
+    }
+
+    /// The work queue dispatchers consume.
+    pub fn deliveries(&self) -> String {
+        format!("{}.deliveries", self.prefix)
+    }
+
+    /// Where messages go that cannot be processed.
+    pub fn dead(&self) -> String {
+        format!("{}.dead", self.prefix)
+    }
+
+    /// The fanout exchange of endpoint changes.
+    pub fn lifecycle(&self) -> String {
+        format!("{}.lifecycle", self.prefix)
+    }
+
+    /// The retry queue that holds a message for `delay`.
+    pub fn retry(&self, delay: Duration) -> String {
+        format!("{}.retry.{}ms", self.prefix, delay.as_millis())
+    }
+
+    /// The retry queue that can hold a message for `delay`, and how long the
+    /// message should wait in it: the smallest tier at least as long as
+    /// `delay` (the message then carries `delay` as its own expiration), or the
+    /// longest tier when none is.
+    pub fn retry_route(&self, delay: Duration) -> Option<(String, Duration)> {
+        let tier = self.retry_delays.iter().find(|tier| **tier >= delay).or_else(|| self.retry_delays.last())?;
+        Some((self.retry(*tier), delay.min(*tier)))
+    }
+
+    /// The shortest retry tier, used to defer a message without counting an
+    /// attempt.
+    pub fn shortest_retry(&self) -> Option<Duration> {
+        self.retry_delays.first().copied()
+    }
+
+    /// Declares everything; idempotent, and consistent across processes that
+    /// share `QUEUE_PREFIX` and `RETRY_SCHEDULE`.
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+
+        channel
+            .exchange_declare(
+                self.lifecycle().as_str().into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
+                FieldTable::default(),
+            )
+            .await?;
+
+        let mut dead = FieldTable::default();
+        dead.insert("x-queue-type".into(), long_string("quorum"));
+        channel.queue_declare(self.dead().as_str().into(), durable, dead).await?;
+
+        let mut work = FieldTable::default();
+        work.insert("x-queue-type".into(), long_string("quorum"));
+        work.insert("x-dead-letter-exchange".into(), long_string(""));
+        work.insert("x-dead-letter-routing-key".into(), long_string(&self.dead()));
+        work.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+        channel.queue_declare(self.deliveries().as_str().into(), durable, work).await?;
+
+        for delay in &self.retry_delays {
+            let mut retry = FieldTable::default();
+            retry.insert("x-queue-type".into(), long_string("quorum"));
+            retry.insert(
+                "x-message-ttl".into(),
+                AMQPValue::LongLongInt(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            );
+            retry.insert("x-dead-letter-exchange".into(), long_string(""));
+            retry.insert("x-dead-letter-routing-key".into(), long_string(&self.deliveries()));
+            retry.insert("x-dead-letter-strategy".into(), long_string("at-least-once"));
+            retry.insert("x-overflow".into(), long_string("reject-publish"));
+            channel.queue_declare(self.retry(*delay).as_str().into(), durable, retry).await?;
+        }
+        Ok(())
+    }
+}
+
+fn long_string(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value))
+}
+
+/// Opens a connection to RabbitMQ, named after the process so operators can
+/// tell connections apart in the management UI.
+pub async fn connect(amqp_url: &str, process: &str) -> lapin::Result<Connection> {
+    let options =
+        ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
+    Connection::connect(amqp_url, options).await
+}
+
+/// Runs broker sessions until `shutdown`: each time `session` fails (the broker
+/// went away, a channel closed), waits under capped exponential backoff with
+/// jitter and starts a new one. A session that returns `Ok` ends the loop; one
+/// that lasted over 30 s resets the backoff.
+pub async fn reconnecting<F, Fut>(what: &str, shutdown: &tokio_util::sync::CancellationToken, mut session: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use backon::BackoffBuilder;
+    let backoff = || {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(10))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    };
+    let mut delays = backoff();
+    while !shutdown.is_cancelled() {
+        let started = tokio::time::Instant::now();
+        match session().await {
+            Ok(()) => return,
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "{what}: broker session ended; reconnecting"),
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            delays = backoff();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// The persistent-delivery properties every message is published with.
+pub fn persistent_json() -> lapin::BasicProperties {
+    lapin::BasicProperties::default().with_delivery_mode(2).with_content_type(ShortString::from("application/json"))
+}
+
+/// A message on the broker: `{"v":1,"type":"…",…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The writer's [`MESSAGE_VERSION`].
+    pub v: u32,
+    #[serde(flatten)]
+    pub message: Message,
+}
+
+impl Envelope {
+    /// Wraps `message` at the current version.
+    pub fn new(message: Message) -> Envelope {
+        Envelope { v: MESSAGE_VERSION, message }
+    }
+
+    /// The JSON bytes published to the broker.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// What a message asks of its reader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// Make one delivery attempt.
+    Delivery(DeliveryMessage),
+    /// An endpoint changed: drop whatever is cached about it.
+    EndpointChanged(EndpointChanged),
+}
+
+/// One delivery attempt to make. It carries everything the dispatcher needs
+/// besides the endpoint, so the hot path reads nothing per message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryMessage {
+    pub delivery_id: i64,
+    pub event_id: String,
+    pub endpoint_id: String,
+    pub developer_id: Uuid,
+    /// The number of this attempt, 1 for the first.
+    pub attempt: u32,
+    /// Deliver even to a `disabled` endpoint: set by `POST /webhooks/{id}/send`.
+    #[serde(default)]
+    pub force: bool,
+    /// The exact event JSON to POST.
+    pub body: String,
+    /// When the event was accepted, for latency metrics.
+    pub event_created_at: DateTime<Utc>,
+}
+
+/// The kinds of endpoint change recorded and published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Activated,
+    Disabled,
+    UrlChanged,
+    CategoriesChanged,
+    Deleted,
+}
+
+impl ChangeKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Created => "created",
+            ChangeKind::Activated => "activated",
+            ChangeKind::Disabled => "disabled",
+            ChangeKind::UrlChanged => "url_changed",
+            ChangeKind::CategoriesChanged => "categories_changed",
+            ChangeKind::Deleted => "deleted",
+        }
+    }
+}
+
+/// A lifecycle message on `{p}.lifecycle`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointChanged {
+    /// The id of the recorded change; grows with every change.
+    pub change_id: i64,
+    pub endpoint_id: String,
+    pub developer_id: Uuid,
+    pub change: ChangeKind,
+    /// The key that made the change.
+    pub api_key_id: Option<Uuid>,
+    pub occurred_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_versioned_and_tagged() {
+        let message = Envelope::new(Message::EndpointChanged(EndpointChanged {
+            change_id: 7,
+            endpoint_id: "wep_00".into(),
+            developer_id: Uuid::nil(),
+            change: ChangeKind::UrlChanged,
+            api_key_id: None,
+            occurred_at: DateTime::from_timestamp(0, 0).unwrap(),
+        }));
+        let json: serde_json::Value = serde_json::from_slice(&message.to_bytes()).unwrap();
+        assert_eq!(json["v"], 1);
+        assert_eq!(json["type"], "endpoint_changed");
+        assert_eq!(json["change"], "url_changed");
+        let back: Envelope = serde_json::from_value(json).unwrap();
+        assert_eq!(back, message);
+    }
+
+    #[test]
+    fn one_retry_queue_per_distinct_delay() {
+        let topology = Topology::new("p", &"5s,5s,1m".parse().unwrap());
+        assert_eq!(topology.retry_delays.len(), 2);
+        assert_eq!(topology.retry(Duration::from_secs(5)), "p.retry.5000ms");
+        assert_eq!(topology.deliveries(), "p.deliveries");
+        let (queue, wait) = topology.retry_route(Duration::from_secs(3)).unwrap();
+        assert_eq!((queue.as_str(), wait), ("p.retry.5000ms", Duration::from_secs(3)));
+        let (queue, wait) = topology.retry_route(Duration::from_secs(600)).unwrap();
+        assert_eq!((queue.as_str(), wait), ("p.retry.60000ms", Duration::from_secs(60)));
+    }
+}

@@ -1,0 +1,236 @@
+//! Settings both programs read, from environment variables or flags of the same
+//! meaning (API.md §7). Each binary flattens [`CommonConfig`] into its own typed
+//! config, parsed and validated once at start.
+
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
+
+use clap::{ArgAction, Args, ValueEnum};
+
+/// Which kind of deployment this is; it decides the API key prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Environment {
+    /// Keys are `sk-test-…`.
+    Sandbox,
+    /// Keys are `sk-live-…`.
+    Production,
+}
+
+impl Environment {
+    /// The key prefix of this environment, without the trailing dash.
+    pub fn key_prefix(self) -> &'static str {
+        match self {
+            Environment::Sandbox => "sk-test",
+            Environment::Production => "sk-live",
+        }
+    }
+}
+
+/// Log line format on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// A secret setting: kept out of `Debug` output and logs.
+#[derive(Clone, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+/// Parses a program's settings struct from flags (`--database-url …`), falling
+/// back to the environment and then the defaults, as the binaries do. Tests use
+/// it to configure an instance without touching the process environment; the
+/// first item is the program name.
+pub fn parse_args<C, I, T>(program: &'static str, args: I) -> Result<C, clap::Error>
+where
+    C: Args + clap::FromArgMatches,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = C::augment_args(clap::Command::new(program)).try_get_matches_from(args)?;
+    C::from_arg_matches(&matches)
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` (and anything else humantime accepts).
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let duration = humantime::parse_duration(value).map_err(|e| format!("invalid duration {value:?}: {e}"))?;
+    if duration.is_zero() {
+        return Err(format!("duration {value:?} must be greater than zero"));
+    }
+    Ok(duration)
+}
+
+/// The delay before each retry: entry `n` is the wait after failed attempt `n+1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule(Vec<Duration>);
+
+impl RetrySchedule {
+    /// The delays, one per retry.
+    pub fn delays(&self) -> &[Duration] {
+        &self.0
+    }
+
+    /// The delay after failed attempt `attempt` (1-based), or `None` when that was
+    /// the last attempt allowed.
+    pub fn delay_after(&self, attempt: u32) -> Option<Duration> {
+        self.0.get(usize::try_from(attempt).ok()?.checked_sub(1)?).copied()
+    }
+
+    /// The total number of attempts: the first one plus one per retry.
+    pub fn max_attempts(&self) -> u32 {
+        u32::try_from(self.0.len()).unwrap_or(u32::MAX).saturating_add(1)
+    }
+}
+
+impl FromStr for RetrySchedule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            return Ok(RetrySchedule(Vec::new()));
+        }
+        s.split(',').map(parse_duration).collect::<Result<_, _>>().map(RetrySchedule)
+    }
+}
+
+/// Default `RETRY_SCHEDULE`: about two days in all (API.md §5).
+pub const DEFAULT_RETRY_SCHEDULE: &str = "5s,30s,2m,10m,30m,1h,2h,4h,8h,12h,12h,12h";
+
+/// Settings shared by `webhooks-api` and `webhooks-dispatcher`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonConfig {
+    /// PostgreSQL connection string.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/webhooks")]
+    pub database_url: String,
+
+    /// Upper bound of this process's PostgreSQL pool; keep the sum over all
+    /// processes under the server's `max_connections` (100 by default).
+    #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 10)]
+    pub database_max_connections: u32,
+
+    /// RabbitMQ connection string.
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+
+    /// Prefix of every exchange and queue name, so deployments can share a broker.
+    #[arg(long, env = "QUEUE_PREFIX", default_value = "webhooks")]
+    pub queue_prefix: String,
+
+    /// `sandbox` (keys `sk-test-…`) or `production` (keys `sk-live-…`).
+    #[arg(long, env = "PLATFORM_ENVIRONMENT", value_enum, default_value = "sandbox")]
+    pub platform_environment: Environment,
+
+    /// A PEM file of extra trusted root certificates, added to the system's.
+    #[arg(long, env = "TLS_EXTRA_ROOTS")]
+    pub tls_extra_roots: Option<PathBuf>,
+
+    /// Allow endpoints on loopback, private and other non-public addresses.
+    #[arg(long, env = "TARGET_ALLOW_PRIVATE", default_value_t = false, action = ArgAction::Set)]
+    pub target_allow_private: bool,
+
+    /// Total time allowed for one delivery attempt (and for the TLS check at
+    /// endpoint registration).
+    #[arg(long, env = "DELIVERY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub delivery_timeout: Duration,
+
+    /// Delay before each retry, comma-separated.
+    #[arg(long, env = "RETRY_SCHEDULE", default_value = DEFAULT_RETRY_SCHEDULE)]
+    pub retry_schedule: RetrySchedule,
+
+    /// 32 bytes (base64 or 64 hex digits) that encrypt endpoint private keys at rest.
+    #[arg(long, env = "KEY_ENCRYPTION_KEY", hide_env_values = true)]
+    pub key_encryption_key: Option<Secret>,
+
+    /// `text` or `json` log lines on stderr.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl CommonConfig {
+    /// The cipher for endpoint private keys; an empty `KEY_ENCRYPTION_KEY`
+    /// counts as unset.
+    pub fn key_cipher(&self) -> Result<crate::keys::KeyCipher, crate::keys::KeyError> {
+        crate::keys::KeyCipher::new(
+            self.key_encryption_key.as_ref().map(Secret::expose).filter(|k| !k.trim().is_empty()),
+        )
+    }
+
+    /// Checks what clap's types cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        let prefix = &self.queue_prefix;
+        if prefix.is_empty()
+            || prefix.len() > 200
+            || !prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(format!(
+                "QUEUE_PREFIX must be 1-200 characters of letters, digits, '.', '_' or '-', got {prefix:?}"
+            ));
+        }
+        if self.database_max_connections == 0 {
+            return Err("DATABASE_MAX_CONNECTIONS must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_contract_spelling() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn default_schedule_is_about_two_days() {
+        let schedule: RetrySchedule = DEFAULT_RETRY_SCHEDULE.parse().unwrap();
+        assert_eq!(schedule.delays().len(), 12);
+        assert_eq!(schedule.max_attempts(), 13);
+        let total: Duration = schedule.delays().iter().sum();
+        assert!(total > Duration::from_secs(44 * 3600) && total < Duration::from_secs(52 * 3600));
+        assert_eq!(schedule.delay_after(1), Some(Duration::from_secs(5)));
+        assert_eq!(schedule.delay_after(12), Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(schedule.delay_after(13), None);
+        assert_eq!(schedule.delay_after(0), None);
+    }
+
+    #[test]
+    fn schedule_rejects_bad_entries() {
+        assert!("5s,,2m".parse::<RetrySchedule>().is_err());
+        assert!("5s,later".parse::<RetrySchedule>().is_err());
+        assert_eq!("".parse::<RetrySchedule>().unwrap().max_attempts(), 1);
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug() {
+        let secret: Secret = "hunter2".parse().unwrap();
+        assert!(!format!("{secret:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,45 @@
+//! The PostgreSQL pool and the schema migrations that both programs rely on.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+/// The migrations in `shared/migrations`, embedded in every binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Opens a pool of at most `max_connections`. Connections are made lazily, so a
+/// database that is down at start only fails the requests that need it.
+pub fn pool(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = database_url.parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(5))
+        .idle_timeout(Duration::from_secs(300))
+        .connect_lazy_with(options.application_name("webhooks")))
+}
+
+/// Applies every pending migration; safe to run from several processes at once
+/// (sqlx takes an advisory lock).
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
+/// starts) and returns the store both programs work through.
+pub async fn connect(common: &crate::config::CommonConfig) -> anyhow::Result<crate::store::Store> {
+    let pool = pool(&common.database_url, common.database_max_connections).context("DATABASE_URL")?;
+    (|| migrate(&pool))
+        .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(5)).with_max_times(8))
+        .notify(|error, delay| tracing::warn!(%error, ?delay, "database not ready; retrying"))
+        .await
+        .context("apply database migrations")?;
+    let topology = crate::broker::Topology::new(&common.queue_prefix, &common.retry_schedule);
+    Ok(crate::store::Store::new(pool, &topology))
+}

@@ -1,0 +1,16 @@
+//! Tracing set-up for both binaries: logs on stderr, text or JSON, filtered by
+//! `RUST_LOG` (default `info`).
+
+use tracing_subscriber::{EnvFilter, fmt};
+
+use crate::config::LogFormat;
+
+/// Installs the global subscriber. Call once, from `main`.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+    }
+}
