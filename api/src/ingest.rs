@@ -1,0 +1,161 @@
+//! `POST /internal/events`: producers hand events over here. The event, its
+//! deliveries and their outbox messages are committed together before the 201,
+//! so an accepted event survives any later crash.
+
+use axum::{
+    Router,
+    body::{Body, to_bytes},
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use serde::Deserialize;
+use shared::{
+    ids,
+    model::{Category, Event},
+    store::NewEvent,
+};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::{
+    error::{ApiError, ApiResult, Location},
+    extract::parse_json,
+    state::AppState,
+};
+
+/// The routes of the ingest endpoint.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/internal/events", post(ingest))
+}
+
+/// Body of `POST /internal/events`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IngestEvent {
+    pub developer_id: Uuid,
+    pub event_category: Category,
+    pub event_type: String,
+    pub event_object_id: String,
+    #[schema(value_type = Object)]
+    pub event_object: serde_json::Value,
+    #[serde(default)]
+    pub event_object_status: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub event_object_changes: Option<serde_json::Value>,
+}
+
+fn check_text(key: &str, value: &str, max: usize) -> ApiResult<()> {
+    if value.trim().is_empty() || value.len() > max || value.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            Location::Body,
+            key,
+            format!("{key} must be 1 to {max} characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate(body: &IngestEvent) -> ApiResult<()> {
+    check_text("event_type", &body.event_type, 255)?;
+    check_text("event_object_id", &body.event_object_id, 255)?;
+    if let Some(status) = &body.event_object_status {
+        check_text("event_object_status", status, 255)?;
+    }
+    if !body.event_object.is_object() {
+        return Err(ApiError::invalid(Location::Body, "event_object", "event_object must be a JSON object"));
+    }
+    if body.event_object_changes.as_ref().is_some_and(|c| !c.is_object() && !c.is_null()) {
+        return Err(ApiError::invalid(
+            Location::Body,
+            "event_object_changes",
+            "event_object_changes must be a JSON object",
+        ));
+    }
+    Ok(())
+}
+
+/// The event's JSON in two parts, before and after the value of
+/// `event_sequence`, so the store can put in the sequence it hands out. The
+/// key is found as `"event_sequence":0` in the JSON of the event with sequence
+/// 0: inside JSON strings every quote is escaped, so only the real key can
+/// match, and it precedes `event_object`, the only field with free structure.
+fn split_at_sequence(event: &Event) -> Result<(String, String), serde_json::Error> {
+    const KEY: &str = "\"event_sequence\":";
+    let json = serde_json::to_string(&Event { event_sequence: 0, ..event.clone() })?;
+    let at = json
+        .find(&format!("{KEY}0"))
+        .ok_or_else(|| <serde_json::Error as serde::ser::Error>::custom("event_sequence not found"))?;
+    let split = at + KEY.len();
+    Ok((json[..split].to_owned(), json[split + 1..].to_owned()))
+}
+
+async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let bytes = to_bytes(body, state.config.max_event_bytes).await.map_err(|_| ApiError::TooLarge)?;
+    let body: IngestEvent = parse_json(&bytes)?;
+    validate(&body)?;
+
+    let new = NewEvent {
+        id: ids::new_event_id(),
+        developer_id: body.developer_id,
+        category: body.event_category,
+        created_at: shared::time::now(),
+    };
+    let event = Event {
+        api_version: "v0".into(),
+        event_id: new.id.clone(),
+        event_developer_id: body.developer_id,
+        event_category: body.event_category,
+        event_type: body.event_type,
+        event_sequence: 0,
+        event_object_id: body.event_object_id,
+        event_object_status: body.event_object_status,
+        event_object: body.event_object,
+        event_object_changes: body.event_object_changes.filter(|c| !c.is_null()),
+        event_created_at: new.created_at,
+    };
+    let (head, tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let (outcome, body) = state.store.ingest_event(&new, &state.topology.deliveries(), &head, &tail).await?;
+    state.relay_wake.notify_one();
+    state.metrics.events_accepted.inc();
+    tracing::debug!(event_id = %new.id, developer_id = %new.developer_id, pending = outcome.pending, held = outcome.held, "event accepted");
+    Ok((StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_sequence_tail_is_the_event_json() {
+        let mut event = Event {
+            api_version: "v0".into(),
+            event_id: ids::new_event_id(),
+            event_developer_id: Uuid::new_v4(),
+            event_category: Category::Transfer,
+            event_type: "odd \"event_sequence\":0 type".into(),
+            event_sequence: 0,
+            event_object_id: "tr_1".into(),
+            event_object_status: Some("payment_processed".into()),
+            event_object: serde_json::json!({"event_sequence": 0, "nested": {"a": [1, 2]}}),
+            event_object_changes: Some(serde_json::json!({"state": ["pending", "payment_processed"]})),
+            event_created_at: shared::time::now(),
+        };
+        let (head, tail) = split_at_sequence(&event).unwrap();
+        event.event_sequence = 42;
+        assert_eq!(format!("{head}42{tail}"), serde_json::to_string(&event).unwrap());
+        event.event_object_status = None;
+        event.event_object_changes = None;
+        let (head, tail) = split_at_sequence(&event).unwrap();
+        assert_eq!(format!("{head}42{tail}"), serde_json::to_string(&event).unwrap());
+    }
+}

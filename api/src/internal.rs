@@ -1,0 +1,72 @@
+//! The internal listener: health, readiness, metrics (and event ingest). Keep
+//! it off the public network; with `INTERNAL_TOKEN` set, every request needs
+//! `Authorization: Bearer <token>`.
+
+use axum::{
+    Router,
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use subtle::ConstantTimeEq;
+
+use crate::{error::ApiError, state::AppState};
+
+/// The internal routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .merge(crate::ingest::router())
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.config.internal_token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let expected = token.expose().as_bytes();
+        if !bool::from(presented.as_bytes().ct_eq(expected)) {
+            return ApiError::invalid(
+                crate::error::Location::Header,
+                "Authorization",
+                "Missing or invalid bearer token",
+            )
+            .into_status(StatusCode::UNAUTHORIZED);
+        }
+    }
+    next.run(request).await
+}
+
+/// The process is up.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The process can do its work: the database answers and the relay holds a
+/// broker channel.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let database = state.store.ping().await.is_ok();
+    let broker = *state.broker_up.borrow();
+    let body = serde_json::json!({
+        "database": if database { "ok" } else { "down" },
+        "broker": if broker { "ok" } else { "down" },
+    });
+    let status = if database && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
+        .into_response()
+}

@@ -1,0 +1,205 @@
+//! `/v0/webhooks`: the endpoint lifecycle (API.md §4).
+
+use axum::{Router, extract::State, http::StatusCode, routing::get};
+use serde::Deserialize;
+use shared::{
+    ids,
+    keys::generate_rsa_2048,
+    model::{Category, EndpointStatus, EventEpoch, List, Scope, Webhook},
+    net::parse_target_url,
+    store::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome},
+    tls,
+};
+use utoipa::ToSchema;
+
+use crate::{
+    auth::Caller,
+    error::{ApiError, ApiResult, ErrorBody, Location},
+    extract::{Json, Path},
+    state::AppState,
+};
+
+/// The routes of this resource.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/webhooks", get(list).post(create))
+        .route("/webhooks/{id}", get(show).put(update).delete(remove))
+}
+
+/// Body of `POST /v0/webhooks`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhook {
+    /// An absolute `https` URL whose host presents a valid certificate.
+    pub url: String,
+    #[serde(default)]
+    pub event_epoch: Option<EventEpoch>,
+    /// Empty or absent means every category.
+    #[serde(default)]
+    pub event_categories: Option<Vec<Category>>,
+}
+
+/// Body of `PUT /v0/webhooks/{id}`: any of the fields.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateWebhook {
+    /// Changes only while the endpoint is `disabled`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `active` or `disabled`.
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub event_categories: Option<Vec<Category>>,
+}
+
+/// Looks up the caller's endpoint; malformed, missing, deleted and other
+/// developers' ids all answer the same 404.
+pub(crate) async fn find(state: &AppState, caller: &Caller, id: &str) -> ApiResult<EndpointRecord> {
+    if !ids::is_well_formed(id, ids::ENDPOINT_PREFIX) {
+        return Err(ApiError::NotFound);
+    }
+    state.store.get_endpoint(caller.developer_id(), id).await?.ok_or(ApiError::NotFound)
+}
+
+/// Parses `raw` and checks its host the way a delivery would connect: the
+/// address check, then a full TLS handshake against the trusted roots.
+async fn check_url(state: &AppState, raw: &str) -> ApiResult<String> {
+    let url = parse_target_url(raw).map_err(|e| ApiError::invalid(Location::Body, "url", e.to_string()))?;
+    let common = &state.config.common;
+    tls::probe(&url, state.tls.clone(), common.target_allow_private, common.delivery_timeout).await.map_err(|e| {
+        tracing::debug!(url = %url, reason = e.code(), "endpoint url refused");
+        ApiError::invalid(Location::Body, "url", e.message())
+    })?;
+    Ok(url.to_string())
+}
+
+fn limit_exceeded(limit: u32) -> ApiError {
+    ApiError::LimitExceeded(format!("A developer may have at most {limit} webhook endpoints; delete one first"))
+}
+
+/// Registers an endpoint, `disabled`, with a fresh RSA-2048 key pair.
+#[utoipa::path(post, path = "/v0/webhooks", tag = "webhooks", request_body = CreateWebhook,
+    params(("Idempotency-Key" = String, Header)),
+    responses((status = 201, body = Webhook), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<CreateWebhook>,
+) -> ApiResult<(StatusCode, axum::Json<Webhook>)> {
+    caller.require(Scope::WebhooksWrite)?;
+    let limit = state.config.max_endpoints_per_developer;
+    // Cheap refusal before the handshake and key generation; the store checks
+    // again under a lock.
+    if state.store.count_endpoints(caller.developer_id()).await? >= i64::from(limit) {
+        return Err(limit_exceeded(limit));
+    }
+    let url = check_url(&state, &body.url).await?;
+    let pair = tokio::task::spawn_blocking(generate_rsa_2048)
+        .await
+        .map_err(|e| ApiError::Unexpected(e.into()))?
+        .map_err(|e| ApiError::Unexpected(e.into()))?;
+    let id = ids::new_endpoint_id();
+    let private_key =
+        state.cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let new = NewEndpoint {
+        id,
+        developer_id: caller.developer_id(),
+        url,
+        event_epoch: body.event_epoch.unwrap_or_default(),
+        event_categories: body.event_categories.unwrap_or_default(),
+        public_key_pem: pair.public_key_pem,
+        private_key,
+    };
+    let by = EndpointChange { api_key_id: caller.key.id };
+    let record = state.store.create_endpoint(new, i64::from(limit), by).await?.ok_or_else(|| limit_exceeded(limit))?;
+    state.relay_wake.notify_one();
+    tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint created");
+    Ok((StatusCode::CREATED, axum::Json(record.to_webhook())))
+}
+
+/// The developer's endpoints, newest first.
+#[utoipa::path(get, path = "/v0/webhooks", tag = "webhooks",
+    responses((status = 200, body = List<Webhook>), (status = 403, body = ErrorBody)))]
+pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<axum::Json<List<Webhook>>> {
+    caller.require(Scope::WebhooksRead)?;
+    let records = state.store.list_endpoints(caller.developer_id()).await?;
+    Ok(axum::Json(records.iter().map(EndpointRecord::to_webhook).collect::<Vec<_>>().into()))
+}
+
+/// One endpoint.
+#[utoipa::path(get, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
+    responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Webhook>> {
+    caller.require(Scope::WebhooksRead)?;
+    Ok(axum::Json(find(&state, &caller, &id).await?.to_webhook()))
+}
+
+/// Changes url (only while disabled), status (`active`/`disabled`) or categories.
+#[utoipa::path(put, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
+    request_body = UpdateWebhook,
+    responses((status = 200, body = Webhook), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Json(body): Json<UpdateWebhook>,
+) -> ApiResult<axum::Json<Webhook>> {
+    caller.require(Scope::WebhooksWrite)?;
+    let status = match body.status.as_deref() {
+        None => None,
+        Some("active") => Some(EndpointStatus::Active),
+        Some("disabled") => Some(EndpointStatus::Disabled),
+        Some(_) => {
+            return Err(ApiError::invalid(Location::Body, "status", "status must be active or disabled"));
+        }
+    };
+    let current = find(&state, &caller, &id).await?;
+    let url = match body.url {
+        Some(raw) if raw != current.url => {
+            if current.status == EndpointStatus::Active {
+                return Err(url_change_while_active());
+            }
+            Some(check_url(&state, &raw).await?)
+        }
+        _ => None,
+    };
+    let update = EndpointUpdate { url, status, event_categories: body.event_categories };
+    let by = EndpointChange { api_key_id: caller.key.id };
+    match state.store.update_endpoint(caller.developer_id(), &id, update, by).await? {
+        UpdateOutcome::Updated(record) => {
+            state.relay_wake.notify_one();
+            Ok(axum::Json(record.to_webhook()))
+        }
+        UpdateOutcome::NotFound => Err(ApiError::NotFound),
+        UpdateOutcome::UrlChangeWhileActive => Err(url_change_while_active()),
+    }
+}
+
+fn url_change_while_active() -> ApiError {
+    ApiError::InvalidState("The url of an active endpoint cannot change; disable the endpoint first".into())
+}
+
+/// Deletes an endpoint; from then on every call on its id answers 404.
+#[utoipa::path(delete, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
+    responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
+pub async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Webhook>> {
+    caller.require(Scope::WebhooksWrite)?;
+    if !ids::is_well_formed(&id, ids::ENDPOINT_PREFIX) {
+        return Err(ApiError::NotFound);
+    }
+    let by = EndpointChange { api_key_id: caller.key.id };
+    let record = state.store.delete_endpoint(caller.developer_id(), &id, by).await?.ok_or(ApiError::NotFound)?;
+    state.relay_wake.notify_one();
+    tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint deleted");
+    Ok(axum::Json(record.to_webhook()))
+}

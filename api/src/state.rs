@@ -1,0 +1,24 @@
+//! The state every handler shares: cheap handles, cloned per request.
+
+use std::sync::Arc;
+
+use shared::{broker::Topology, keys::KeyCipher, store::Store};
+use tokio::sync::{Notify, watch};
+
+use crate::{config::Config, metrics::Metrics};
+
+/// Handles on the store, the broker relay and settings.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub topology: Topology,
+    pub cipher: Arc<KeyCipher>,
+    /// Trusted roots for the TLS check of endpoint URLs.
+    pub tls: Arc<rustls::ClientConfig>,
+    pub metrics: Arc<Metrics>,
+    /// Wakes the outbox relay after a commit, so messages leave at once.
+    pub relay_wake: Arc<Notify>,
+    /// Whether the relay holds a working broker channel.
+    pub broker_up: watch::Receiver<bool>,
+}
