@@ -1,0 +1,124 @@
+//! `webhooks-dispatcher`, the delivery worker: consumes delivery messages from
+//! RabbitMQ, signs each attempt with its endpoint's key, POSTs it to `active`
+//! HTTPS endpoints only, records every attempt in PostgreSQL, and schedules
+//! retries through the per-delay retry queues.
+//!
+//! - [`worker`]: the consume loop and the handling of one message;
+//! - [`deliver`]: one signed HTTP attempt;
+//! - [`cache`]: endpoints, invalidated by lifecycle messages;
+//! - [`recorder`]: batched writes of attempts and delivery state;
+//! - [`settle`]: acks and nacks, gathered into as few frames as possible;
+//! - [`run`]: all of it plus `/healthz`, `/readyz`, `/metrics`, until shutdown.
+
+pub mod cache;
+pub mod config;
+pub mod deliver;
+pub mod metrics;
+pub mod recorder;
+pub mod settle;
+pub mod worker;
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use shared::{broker::Topology, store::Store, tls};
+use tokio::{net::TcpListener, sync::watch};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+pub use config::Config;
+
+use crate::{cache::EndpointCache, metrics::Metrics, recorder::Recorder, worker::Context};
+
+#[derive(Debug, Clone)]
+struct Health {
+    store: Store,
+    broker_up: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+}
+
+fn health_router(health: Health) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics))
+        .with_state(health)
+}
+
+async fn readyz(State(health): State<Health>) -> Response {
+    let database = health.store.ping().await.is_ok();
+    let broker = *health.broker_up.borrow();
+    let body = serde_json::json!({
+        "database": if database { "ok" } else { "down" },
+        "broker": if broker { "ok" } else { "down" },
+    });
+    let status = if database && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn render_metrics(State(health): State<Health>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], health.metrics.render())
+        .into_response()
+}
+
+/// Runs a dispatcher until `shutdown`: then it stops consuming, finishes or
+/// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let common = &config.common;
+    let store = shared::db::connect(common).await?;
+    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
+    let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
+    let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
+    let connect_timeout = common.delivery_timeout.min(Duration::from_secs(5));
+    let client = tls::delivery_client(
+        tls::client_config(roots)?,
+        common.target_allow_private,
+        common.delivery_timeout,
+        connect_timeout,
+    )?;
+    let metrics = Arc::new(Metrics::new());
+    let (broker_tx, broker_rx) = watch::channel(false);
+
+    let writers = TaskTracker::new();
+    let context = Arc::new(Context {
+        topology,
+        client,
+        cache: EndpointCache::new(store.clone(), cipher, config.endpoint_cache_ttl),
+        recorder: Recorder::spawn(store.clone(), &writers),
+        metrics: metrics.clone(),
+        per_endpoint: std::sync::Mutex::new(HashMap::new()),
+        config: config.clone(),
+    });
+
+    let health_stop = CancellationToken::new();
+    tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
+    let health = tokio::spawn(
+        axum::serve(listener, health_router(Health { store, broker_up: broker_rx, metrics }))
+            .with_graceful_shutdown(health_stop.clone().cancelled_owned())
+            .into_future(),
+    );
+
+    consume(context.clone(), &broker_tx, &shutdown).await;
+
+    // Every handler has finished: let the recorder drain, then stop.
+    drop(context);
+    writers.close();
+    writers.wait().await;
+    health_stop.cancel();
+    health.await.context("health listener")?.context("health listener")?;
+    tracing::info!("webhooks-dispatcher stopped");
+    Ok(())
+}
+
+/// Broker sessions with reconnects under capped exponential backoff.
+async fn consume(context: Arc<Context>, broker_up: &watch::Sender<bool>, shutdown: &CancellationToken) {
+    shared::broker::reconnecting("dispatcher", shutdown, || worker::session(context.clone(), broker_up, shutdown))
+        .await;
+}
