@@ -1,0 +1,508 @@
+//! One running API instance per test: its own database, queue prefix and CA,
+//! `api::run` on two port-0 listeners, and helpers that speak the contract.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use bytes::Bytes;
+use reqwest::{Method, RequestBuilder, header::HeaderMap};
+use serde_json::Value;
+use shared::{
+    config::Environment,
+    model::{ApiKey, ApiKeyType, Scope},
+    store::Store,
+};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{
+    WAIT,
+    broker::{self, LifecycleTap, QueueCleanup},
+    ca::TestCa,
+    db::TestDatabase,
+    dispatcher::TestDispatcher,
+    expect, init,
+    receiver::Receiver,
+};
+
+/// How an instance is configured; [`Default`] is what most tests want.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// `--target-allow-private`: true so receivers on 127.0.0.1 can be registered.
+    pub allow_private: bool,
+    /// `--max-endpoints-per-developer`.
+    pub max_endpoints: u32,
+    /// `--internal-token`, when set.
+    pub internal_token: Option<String>,
+    /// `--delivery-timeout` (also bounds the TLS check at registration).
+    pub delivery_timeout: String,
+    /// `--retry-schedule`, when set.
+    pub retry_schedule: Option<String>,
+    /// `--platform-environment`.
+    pub environment: Environment,
+    /// Further flags, appended last.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions {
+            allow_private: true,
+            max_endpoints: 5,
+            internal_token: None,
+            delivery_timeout: "5s".into(),
+            retry_schedule: None,
+            environment: Environment::Sandbox,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// An API key made for a test, with its plaintext.
+#[derive(Debug, Clone)]
+pub struct DeveloperKey {
+    /// The plaintext to send as `Api-Key`.
+    pub key: String,
+    pub api_key: ApiKey,
+}
+
+impl DeveloperKey {
+    /// The developer the key belongs to.
+    pub fn developer_id(&self) -> Uuid {
+        self.api_key.owner_id
+    }
+
+    /// The key's id.
+    pub fn id(&self) -> Uuid {
+        self.api_key.id
+    }
+
+    /// The plaintext, for the request helpers.
+    pub fn as_str(&self) -> &str {
+        &self.key
+    }
+}
+
+impl AsRef<str> for DeveloperKey {
+    fn as_ref(&self) -> &str {
+        &self.key
+    }
+}
+
+/// A response, fully read.
+#[derive(Debug, Clone)]
+pub struct ApiResponse {
+    /// `METHOD path`, for failure messages.
+    pub request: String,
+    pub status: u16,
+    pub headers: HeaderMap,
+    /// The raw body.
+    pub body: Bytes,
+    /// The body as JSON, `Value::Null` when it is not JSON.
+    pub json: Value,
+}
+
+impl ApiResponse {
+    /// The body as text, for messages.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts the status and returns the JSON body.
+    #[track_caller]
+    pub fn expect(&self, status: u16) -> &Value {
+        assert_eq!(self.status, status, "{} answered {}: {}", self.request, self.status, self.text());
+        &self.json
+    }
+
+    /// Asserts an error answer: the status, a JSON body in the error shape of
+    /// API.md §2, and `code`. Returns the body.
+    #[track_caller]
+    pub fn expect_error(&self, status: u16, code: &str) -> &Value {
+        self.expect(status);
+        let content_type = self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(
+            content_type.starts_with("application/json"),
+            "{} answered {status} with Content-Type {content_type:?}: {}",
+            self.request,
+            self.text()
+        );
+        let problems = expect::error_shape_problems(&self.json);
+        assert!(problems.is_empty(), "{} answered {status} {}: {}", self.request, self.text(), problems.join(", "));
+        assert_eq!(self.json["code"], code, "{} answered {status}: {}", self.request, self.text());
+        &self.json
+    }
+
+    /// Asserts an error answer with `source: {location, key}`.
+    #[track_caller]
+    pub fn expect_error_at(&self, status: u16, code: &str, location: &str, key: &str) -> &Value {
+        self.expect_error(status, code);
+        assert_eq!(
+            self.json["source"],
+            serde_json::json!({"location": location, "key": key}),
+            "{} answered {status}: {}",
+            self.request,
+            self.text()
+        );
+        &self.json
+    }
+
+    /// Asserts that the status is not a server error and that an error status
+    /// comes with a body in the error shape.
+    #[track_caller]
+    pub fn expect_handled(&self) {
+        assert!(self.status < 500, "{} answered {}: {}", self.request, self.status, self.text());
+        if self.status >= 400 {
+            let problems = expect::error_shape_problems(&self.json);
+            assert!(
+                problems.is_empty(),
+                "{} answered {} {:?}: {}",
+                self.request,
+                self.status,
+                self.text(),
+                problems.join(", ")
+            );
+        }
+    }
+}
+
+/// One API instance and everything it owns.
+#[derive(Debug)]
+pub struct TestApi {
+    /// The public listener.
+    pub public: SocketAddr,
+    /// The internal listener.
+    pub internal: SocketAddr,
+    /// A client for the API (no proxy, generous timeout).
+    pub client: reqwest::Client,
+    /// The store over the test database, for issuing keys as the operator does.
+    pub store: Store,
+    /// The CA the instance trusts through `TLS_EXTRA_ROOTS`.
+    pub ca: Arc<TestCa>,
+    /// This instance's `QUEUE_PREFIX`.
+    pub prefix: String,
+    /// The configuration it runs with.
+    pub config: api::Config,
+    /// The AMQP URL it uses.
+    pub amqp_url: String,
+    internal_token: Option<String>,
+    shared_args: Vec<String>,
+    shutdown: CancellationToken,
+    running: Option<JoinHandle<anyhow::Result<()>>>,
+    database: Option<TestDatabase>,
+    queues: Option<QueueCleanup>,
+    _watchdog: Watchdog,
+}
+
+/// How long one test may run with its API before its test binary is aborted:
+/// a hang must fail, loudly, not stall the run.
+pub const TEST_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Aborts the process if it is not dropped within [`TEST_DEADLINE`].
+#[derive(Debug)]
+struct Watchdog {
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(what: String) -> Watchdog {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < TEST_DEADLINE {
+                if seen.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            eprintln!("a test ({what}) ran for over {TEST_DEADLINE:?}: it hangs; aborting its test binary");
+            std::process::abort();
+        });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl TestApi {
+    /// An instance with [`ApiOptions::default`].
+    pub async fn start() -> anyhow::Result<TestApi> {
+        TestApi::start_with(ApiOptions::default()).await
+    }
+
+    /// An instance configured by `options`, ready (database and broker) when this returns.
+    pub async fn start_with(options: ApiOptions) -> anyhow::Result<TestApi> {
+        init();
+        let database = TestDatabase::create().await?;
+        let prefix = broker::random_prefix();
+        let amqp_url = broker::amqp_url();
+        let ca = Arc::new(TestCa::new()?);
+        let environment = match options.environment {
+            Environment::Sandbox => "sandbox",
+            Environment::Production => "production",
+        };
+        // The settings both programs share, so a dispatcher can join later.
+        let mut shared_args: Vec<String> = [
+            "--database-url",
+            database.url(),
+            "--database-max-connections",
+            "4",
+            "--amqp-url",
+            &amqp_url,
+            "--queue-prefix",
+            &prefix,
+            "--platform-environment",
+            environment,
+            "--tls-extra-roots",
+            ca.pem_path().to_str().context("temporary directory path is not UTF-8")?,
+            "--target-allow-private",
+            if options.allow_private { "true" } else { "false" },
+            "--delivery-timeout",
+            &options.delivery_timeout,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        if let Some(schedule) = &options.retry_schedule {
+            shared_args.extend(["--retry-schedule".to_owned(), schedule.clone()]);
+        }
+        let mut args = vec!["webhooks-api".to_owned()];
+        args.extend(shared_args.iter().cloned());
+        args.extend(["--max-endpoints-per-developer".to_owned(), options.max_endpoints.to_string()]);
+        if let Some(token) = &options.internal_token {
+            args.extend(["--internal-token".to_owned(), token.clone()]);
+        }
+        args.extend(options.extra_args.iter().cloned());
+        let config = api::Config::from_args(&args).context("API flags")?;
+        let queues = QueueCleanup::new(&amqp_url, &prefix, &config.common.retry_schedule);
+
+        let store = api::connect_database(&config.common).await.context("test database")?;
+        let listeners = api::Listeners {
+            public: TcpListener::bind("127.0.0.1:0").await?,
+            internal: TcpListener::bind("127.0.0.1:0").await?,
+        };
+        let (public, internal) = (listeners.public.local_addr()?, listeners.internal.local_addr()?);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(api::run(config.clone(), listeners, shutdown.clone()));
+        let client =
+            reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().context("HTTP client")?;
+
+        let mut api = TestApi {
+            public,
+            internal,
+            client,
+            store,
+            ca,
+            prefix,
+            config,
+            amqp_url,
+            internal_token: options.internal_token,
+            shared_args,
+            shutdown,
+            running: Some(running),
+            database: Some(database),
+            queues: Some(queues),
+            _watchdog: Watchdog::start(std::thread::current().name().unwrap_or("unnamed").to_owned()),
+        };
+        api.wait_ready().await?;
+        Ok(api)
+    }
+
+    /// Polls `/readyz` until it answers 200, or fails early if `run` returned.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            if let Some(running) = self.running.as_mut().filter(|r| r.is_finished()) {
+                let outcome = running.await;
+                self.running = None;
+                anyhow::bail!("the API stopped before it was ready: {outcome:?}");
+            }
+            if let Ok(response) = self.internal_request(Method::GET, "/readyz").send().await
+                && response.status() == 200
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the API was not ready within {WAIT:?}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// `http://<public>/v0`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v0", self.public)
+    }
+
+    /// `http://<internal>`.
+    pub fn internal_url(&self) -> String {
+        format!("http://{}", self.internal)
+    }
+
+    /// A request to the public listener; `path` is taken as is (`/v0/...`).
+    pub fn raw_request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, format!("http://{}{path}", self.public))
+    }
+
+    /// A request to the internal listener, with the bearer token when one is configured.
+    pub fn internal_request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.client.request(method, format!("{}{path}", self.internal_url()));
+        match &self.internal_token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends `request` and reads the whole answer.
+    pub async fn send(&self, request: RequestBuilder) -> ApiResponse {
+        let built = request.build().expect("request builds");
+        let label = format!("{} {}", built.method(), built.url().path());
+        let response = self.client.execute(built).await.unwrap_or_else(|e| panic!("{label}: no answer: {e:?}"));
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.unwrap_or_else(|e| panic!("{label}: body unreadable: {e:?}"));
+        let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        ApiResponse { request: label, status, headers, body, json }
+    }
+
+    fn v0(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base_url())).header("Api-Key", key)
+    }
+
+    /// `GET /v0{path}` with `Api-Key: key`.
+    pub async fn get(&self, path: &str, key: impl AsRef<str>) -> ApiResponse {
+        self.send(self.v0(Method::GET, path, key.as_ref())).await
+    }
+
+    /// `POST /v0{path}` with a JSON body and a fresh `Idempotency-Key`.
+    pub async fn post(&self, path: &str, key: impl AsRef<str>, body: &Value) -> ApiResponse {
+        self.post_idempotent(path, key, &Uuid::new_v4().to_string(), body).await
+    }
+
+    /// `POST /v0{path}` with a JSON body and the given `Idempotency-Key`.
+    pub async fn post_idempotent(
+        &self,
+        path: &str,
+        key: impl AsRef<str>,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> ApiResponse {
+        self.send(self.v0(Method::POST, path, key.as_ref()).header("Idempotency-Key", idempotency_key).json(body)).await
+    }
+
+    /// `PUT /v0{path}` with a JSON body.
+    pub async fn put(&self, path: &str, key: impl AsRef<str>, body: &Value) -> ApiResponse {
+        self.send(self.v0(Method::PUT, path, key.as_ref()).json(body)).await
+    }
+
+    /// `DELETE /v0{path}`.
+    pub async fn delete(&self, path: &str, key: impl AsRef<str>) -> ApiResponse {
+        self.send(self.v0(Method::DELETE, path, key.as_ref())).await
+    }
+
+    /// A request to `/v0{path}` with `Api-Key: key`, to finish by hand (odd
+    /// headers and bodies); send it with [`TestApi::send`].
+    pub fn request(&self, method: Method, path: &str, key: impl AsRef<str>) -> RequestBuilder {
+        self.v0(method, path, key.as_ref())
+    }
+
+    /// A key of a new developer with `scopes`, made as `webhooks-api keys create` does.
+    pub async fn new_developer_key(&self, scopes: &[Scope]) -> DeveloperKey {
+        self.key_for(Uuid::new_v4(), scopes).await
+    }
+
+    /// A further key of `developer_id`, made as `webhooks-api keys create` does.
+    pub async fn key_for(&self, developer_id: Uuid, scopes: &[Scope]) -> DeveloperKey {
+        self.issue_key(self.config.common.platform_environment, developer_id, scopes).await
+    }
+
+    /// A key of `environment` (the other one makes a key this instance must refuse).
+    pub async fn issue_key(&self, environment: Environment, developer_id: Uuid, scopes: &[Scope]) -> DeveloperKey {
+        let issued =
+            api::keys::issue(&self.store, environment, developer_id, ApiKeyType::Public, scopes, Some("test key"))
+                .await
+                .expect("issue a key");
+        DeveloperKey { key: issued.key, api_key: issued.api_key }
+    }
+
+    /// An unrestricted key of a new developer.
+    pub async fn new_developer(&self) -> DeveloperKey {
+        self.new_developer_key(&[Scope::Unrestricted]).await
+    }
+
+    /// A receiver whose certificate this instance trusts.
+    pub async fn receiver(&self) -> Receiver {
+        Receiver::start(&self.ca).await.expect("start a receiver")
+    }
+
+    /// Registers an endpoint for `url` and returns the `Webhook` (asserts 201).
+    pub async fn create_endpoint(&self, key: impl AsRef<str>, url: &str) -> Value {
+        self.post("/webhooks", key, &serde_json::json!({ "url": url })).await.expect(201).clone()
+    }
+
+    /// `POST /internal/events` with `body` (`developer_id`, `event_category`, …).
+    pub async fn ingest(&self, body: &Value) -> ApiResponse {
+        self.send(self.internal_request(Method::POST, "/internal/events").json(body)).await
+    }
+
+    /// A dispatcher on this instance's database, prefix, roots and delivery
+    /// settings, ready when this returns.
+    pub async fn start_dispatcher(&self) -> anyhow::Result<TestDispatcher> {
+        self.start_dispatcher_with(&[]).await
+    }
+
+    /// [`TestApi::start_dispatcher`] with further dispatcher flags.
+    pub async fn start_dispatcher_with(&self, extra_args: &[&str]) -> anyhow::Result<TestDispatcher> {
+        let mut args = vec!["webhooks-dispatcher".to_owned()];
+        args.extend(self.shared_args.iter().cloned());
+        args.extend(extra_args.iter().map(|s| (*s).to_owned()));
+        TestDispatcher::start(args, &self.client).await
+    }
+
+    /// A tap on this instance's lifecycle exchange.
+    pub async fn lifecycle_tap(&self) -> LifecycleTap {
+        LifecycleTap::start(&self.amqp_url, &self.prefix).await.expect("lifecycle tap")
+    }
+
+    /// Cancels the shutdown token and waits for `api::run` to return its result.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match self.running.take() {
+            Some(running) => running.await.context("the API task panicked")?,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the instance (waiting up to [`WAIT`]) and removes its database and queues.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        let stopped = tokio::time::timeout(WAIT, self.stop()).await;
+        if let Some(database) = self.database.take() {
+            database.remove().await;
+        }
+        if let Some(queues) = self.queues.take() {
+            queues.remove().await;
+        }
+        stopped.map_err(|_| anyhow::anyhow!("the API did not stop within {WAIT:?}"))?
+    }
+}
+
+impl Drop for TestApi {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(running) = self.running.take() {
+            // Let it stop before its database and queues go, so it does not
+            // declare them again; a test runtime with one thread cannot run it
+            // meanwhile, hence the bound.
+            crate::block_on_aside(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+            });
+        }
+        // `database` and `queues` clean up in their own `Drop`.
+    }
+}

@@ -1,0 +1,75 @@
+//! A dispatcher (`dispatcher::run`) next to a [`crate::TestApi`]: same
+//! database, queue prefix, trusted roots and delivery settings.
+
+use std::{net::SocketAddr, time::Duration};
+
+use anyhow::Context;
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::WAIT;
+
+/// One running dispatcher. Stop it (or drop it) before its [`crate::TestApi`],
+/// whose clean-up removes the database and queues it works on.
+#[derive(Debug)]
+pub struct TestDispatcher {
+    /// Its `/healthz`, `/readyz` and `/metrics` listener.
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    running: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestDispatcher {
+    /// Starts a dispatcher with `args` (the shared flags, then its own) and
+    /// waits until its `/readyz` answers 200.
+    pub(crate) async fn start(args: Vec<String>, client: &reqwest::Client) -> anyhow::Result<TestDispatcher> {
+        let config = dispatcher::config::Config::from_args(&args).context("dispatcher flags")?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(dispatcher::run(config, listener, shutdown.clone()));
+        let mut started = TestDispatcher { addr, shutdown, running: Some(running) };
+
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            if let Some(running) = started.running.as_mut().filter(|r| r.is_finished()) {
+                let outcome = running.await;
+                started.running = None;
+                anyhow::bail!("the dispatcher stopped before it was ready: {outcome:?}");
+            }
+            if let Ok(response) = client.get(format!("http://{addr}/readyz")).send().await
+                && response.status() == 200
+            {
+                return Ok(started);
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the dispatcher was not ready within {WAIT:?}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Cancels its shutdown token and waits for `dispatcher::run` to return;
+    /// a dispatcher that does not stop within two [`WAIT`]s fails the test.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match self.running.take() {
+            Some(running) => tokio::time::timeout(2 * WAIT, running)
+                .await
+                .map_err(|_| anyhow::anyhow!("the dispatcher did not stop within {:?}", 2 * WAIT))?
+                .context("the dispatcher task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestDispatcher {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(running) = self.running.take() {
+            crate::block_on_aside(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Operator settings and process behaviour: private keys sealed at rest with
+//! `KEY_ENCRYPTION_KEY` (API.md §6, §7), production keys (§1), and a stopping
+//! dispatcher finishing the attempt it holds (§7).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shared::{config::Environment, model::Scope};
+use tests::{ApiOptions, Reply, TestApi, WAIT};
+
+/// 32 bytes, base64: a throwaway key-encryption key.
+const KEK: &str = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
+    let options = ApiOptions { extra_args: vec!["--key-encryption-key".into(), KEK.into()], ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher_with(&["--key-encryption-key", KEK]).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    assert!(!endpoint.to_string().contains("PRIVATE KEY"), "{endpoint}");
+
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT private_key FROM endpoints WHERE id = $1")
+        .bind(id(&endpoint))
+        .fetch_one(api.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.first(), Some(&1), "the private key is stored sealed (format byte 1)");
+    // PKCS#8 of an RSA key starts SEQUENCE, INTEGER 0, SEQUENCE { rsaEncryption }: never in the clear.
+    let rsa_encryption = [0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    assert!(!stored.windows(rsa_encryption.len()).any(|w| w == rsa_encryption), "the PKCS#8 key is in the clear");
+
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_events(&receiver, &[event_id(&event)], WAIT).await;
+    verify_all(&receiver, &endpoint);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_production_deployment_issues_and_accepts_live_keys_only() {
+    let api = TestApi::start_with(ApiOptions { environment: Environment::Production, ..ApiOptions::default() })
+        .await
+        .unwrap();
+    let live = api.new_developer().await;
+    assert!(live.as_str().starts_with("sk-live-"), "{}", live.as_str());
+    let whoami = api.get("/api_keys/whoami", &live).await.expect(200).clone();
+    assert_eq!(whoami["prefix"], "sk-live", "{whoami}");
+    let created = api.post("/api_keys", &live, &serde_json::json!({})).await.expect(201).clone();
+    assert!(created["key"].as_str().unwrap().starts_with("sk-live-"), "{created}");
+
+    let test_key = api.issue_key(Environment::Sandbox, live.developer_id(), &[Scope::Unrestricted]).await;
+    api.get("/api_keys/whoami", &test_key).await.expect_error(401, "invalid");
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_dispatcher_finishes_the_attempt_it_holds() {
+    let api = TestApi::start().await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok().after(Duration::from_secs(2)));
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    let metrics = format!("http://{}/metrics", dispatcher.addr);
+    eventually("an attempt in flight", WAIT, async || {
+        let text = api
+            .client
+            .get(&metrics)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        if text.lines().any(|l| l == "webhooks_dispatcher_in_flight 1") { Ok(()) } else { Err(text) }
+    })
+    .await;
+
+    dispatcher.stop().await.unwrap();
+    // The attempt finished and was recorded before the dispatcher returned.
+    let entries = logs(&api, &key, &endpoint, "").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["status"], 200, "{}", entries[0]);
+    assert_eq!(entries[0]["event_id"], event["event_id"]);
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty());
+    assert_eq!(receiver.count(), 1);
+    api.shutdown().await.unwrap();
+}
