@@ -67,6 +67,24 @@ async fn render_metrics(State(health): State<Health>) -> Response {
         .into_response()
 }
 
+#[derive(Debug, clap::Parser)]
+#[command(name = "webhooks-dispatcher", version, about = "The delivery worker of the webhook service")]
+struct Cli {
+    #[command(flatten)]
+    config: Config,
+}
+
+/// The `webhooks-dispatcher` program: reads its settings from the command
+/// line and the environment, sets up logging, binds `DISPATCHER_LISTEN_ADDR`
+/// and runs until SIGTERM or SIGINT.
+pub async fn main() -> anyhow::Result<()> {
+    let Cli { config } = clap::Parser::parse();
+    shared::telemetry::init(config.common.log_format);
+    let shutdown = shared::shutdown::on_signal();
+    let listener = TcpListener::bind(config.dispatcher_listen_addr).await.context("bind DISPATCHER_LISTEN_ADDR")?;
+    run(config, listener, shutdown).await
+}
+
 /// Runs a dispatcher until `shutdown`: then it stops consuming, finishes or
 /// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {

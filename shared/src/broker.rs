@@ -127,12 +127,20 @@ fn long_string(value: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value))
 }
 
-/// Opens a connection to RabbitMQ, named after the process so operators can
-/// tell connections apart in the management UI.
-pub async fn connect(amqp_url: &str, process: &str) -> lapin::Result<Connection> {
+/// How long opening a connection may take. A broker that accepts the TCP
+/// connection but never finishes the AMQP handshake (one still booting, or
+/// under a resource alarm) must not hold a process's reconnect loop forever.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Opens a connection to RabbitMQ within [`CONNECT_TIMEOUT`], named after the
+/// process so operators can tell connections apart in the management UI.
+pub async fn connect(amqp_url: &str, process: &str) -> anyhow::Result<Connection> {
     let options =
         ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
-    Connection::connect(amqp_url, options).await
+    match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, options)).await {
+        Ok(connected) => Ok(connected?),
+        Err(_) => anyhow::bail!("no AMQP handshake within {CONNECT_TIMEOUT:?}"),
+    }
 }
 
 /// Runs broker sessions until `shutdown`: each time `session` fails (the broker

@@ -195,11 +195,17 @@ pub struct TestApi {
     _watchdog: Watchdog,
 }
 
-/// How long one test may run with its API before its test binary is aborted:
-/// a hang must fail, loudly, not stall the run.
+/// How long one test may run with its API before its test binary is aborted
+/// (`TEST_DEADLINE_SECS` overrides it): a hang must fail, loudly, not stall
+/// the run.
 pub const TEST_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Aborts the process if it is not dropped within [`TEST_DEADLINE`].
+fn test_deadline() -> Duration {
+    std::env::var("TEST_DEADLINE_SECS").ok().and_then(|s| s.parse().ok()).map_or(TEST_DEADLINE, Duration::from_secs)
+}
+
+/// Aborts the process if it is not dropped within its deadline, after
+/// dumping the flight record and the threads' backtraces.
 #[derive(Debug)]
 struct Watchdog {
     done: Arc<std::sync::atomic::AtomicBool>,
@@ -211,13 +217,16 @@ impl Watchdog {
         let seen = done.clone();
         std::thread::spawn(move || {
             let started = std::time::Instant::now();
-            while started.elapsed() < TEST_DEADLINE {
+            let deadline = test_deadline();
+            while started.elapsed() < deadline {
                 if seen.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(250));
             }
-            eprintln!("a test ({what}) ran for over {TEST_DEADLINE:?}: it hangs; aborting its test binary");
+            crate::flight::dump(&format!(
+                "a test ({what}) ran for over {deadline:?}: it hangs; aborting its test binary"
+            ));
             std::process::abort();
         });
         Watchdog { done }

@@ -86,11 +86,13 @@ async fn delete_topology(amqp_url: String, queues: Vec<String>, exchanges: Vec<S
                 tracing::debug!(%error, %exchange, "exchange not deleted");
             }
         }
-        connection.close(200, "done".into()).await
-    }
-    .await;
-    if let Err(error) = result {
-        tracing::warn!(%error, "could not clean up test queues");
+        connection.close(200, "done".into()).await?;
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(crate::WAIT, result).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(error = format!("{error:#}"), "could not clean up test queues"),
+        Err(_) => tracing::warn!(?queues, "test queue clean-up timed out"),
     }
 }
 

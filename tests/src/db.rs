@@ -69,9 +69,10 @@ async fn drop_database(admin_url: String, name: String) {
         let mut admin = PgConnection::connect(&admin_url).await?;
         admin.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
         admin.close().await
-    }
-    .await;
-    if let Err(error) = result {
-        tracing::warn!(%error, database = %name, "could not drop a test database");
+    };
+    match tokio::time::timeout(crate::WAIT, result).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, database = %name, "could not drop a test database"),
+        Err(_) => tracing::warn!(database = %name, "dropping a test database timed out"),
     }
 }

@@ -27,6 +27,7 @@ pub mod ca;
 pub mod db;
 pub mod dispatcher;
 pub mod expect;
+mod flight;
 pub mod receiver;
 
 use std::{future::Future, sync::Once, time::Duration};
@@ -42,14 +43,22 @@ pub use receiver::{Receiver, RecordedRequest, Reply};
 pub const WAIT: Duration = Duration::from_secs(30);
 
 /// Process-wide set-up: the TLS crypto provider (reqwest is built without
-/// one) and a tracing subscriber that honours `RUST_LOG`. Idempotent.
+/// one), a tracing subscriber that shows what `RUST_LOG` asks for and the
+/// flight recorder that a hung test dumps. Idempotent.
 pub fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        let shown = tracing_subscriber::fmt::layer().with_test_writer().with_filter(filter);
+        let recorded = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_thread_names(true)
+            .with_writer(flight::Recorder)
+            .with_filter(flight::filter());
+        let _ = tracing_subscriber::registry().with(shown).with(recorded).try_init();
     });
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::{
     net::{SocketAddr, TcpListener},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::Stdio,
     time::Duration,
 };
@@ -78,44 +78,12 @@ async fn two_dispatchers_share_the_work_and_deliver_every_event() {
     api.shutdown().await.unwrap();
 }
 
-/// The `webhooks-dispatcher` binary of this build, next to the test executable
-/// (`target/<profile>/`), or `WEBHOOKS_DISPATCHER_BIN`.
-///
-/// `cargo test` builds only the test harness of a binary crate, never the
-/// binary itself, so under cargo this asks cargo to build it (a no-op when it
-/// is fresh, and it keeps a stale one from being tested).
+/// The `webhooks-dispatcher` program to run: `WEBHOOKS_DISPATCHER_BIN` (to
+/// test a shipped binary), else the same program as built by `cargo test` for
+/// this package (`tests/src/bin/dispatcher-process.rs`).
 fn dispatcher_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("WEBHOOKS_DISPATCHER_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
-    let binary = profile_dir.join(format!("webhooks-dispatcher{}", std::env::consts::EXE_SUFFIX));
-    if let Some(cargo) = std::env::var_os("CARGO") {
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev".to_owned(),
-            Some(other) => other.to_owned(),
-        };
-        let mut build = std::process::Command::new(cargo);
-        build
-            .args(["build", "--quiet", "--locked", "-p", "dispatcher", "--bin", "webhooks-dispatcher", "--profile"])
-            .arg(&profile)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if let Some(target_dir) = profile_dir.parent().filter(|dir| dir.join("CACHEDIR.TAG").exists()) {
-            build.arg("--target-dir").arg(target_dir);
-        }
-        match build.status() {
-            Ok(status) if status.success() => {}
-            outcome => eprintln!("building webhooks-dispatcher failed ({outcome:?}); using what is there"),
-        }
-    }
-    assert!(
-        binary.exists(),
-        "{} is missing: build it with `cargo build -p dispatcher --bin webhooks-dispatcher` \
-         (or point WEBHOOKS_DISPATCHER_BIN at one)",
-        binary.display()
-    );
-    binary
+    std::env::var_os("WEBHOOKS_DISPATCHER_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_dispatcher-process")), PathBuf::from)
 }
 
 /// A port nobody listens on right now.
