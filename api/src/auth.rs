@@ -54,7 +54,8 @@ fn well_formed(key: &str, prefix: &str) -> bool {
     })
 }
 
-/// Resolves `Api-Key` to a [`Caller`], or answers one of the two 401s.
+/// Resolves `Api-Key` to a [`Caller`], or answers one of the two 401s, or
+/// 429 when the key's developer is over its request limit.
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
@@ -69,6 +70,9 @@ pub async fn authenticate(
         return Err(ApiError::InvalidApiKey);
     }
     let key = state.store.find_active_api_key(&hash_key(key)).await?.ok_or(ApiError::InvalidApiKey)?;
+    if let Some(limit) = &state.rate_limit {
+        limit.check(key.owner_id).map_err(ApiError::RateLimited)?;
+    }
     request.extensions_mut().insert(Caller { key });
     Ok(next.run(request).await)
 }

@@ -35,6 +35,16 @@ pub struct Config {
     /// Largest event accepted on `POST /internal/events`, in bytes.
     #[arg(long, env = "MAX_EVENT_BYTES", default_value_t = 256 * 1024)]
     pub max_event_bytes: usize,
+
+    /// Sustained public API requests per second per developer (all its keys
+    /// together) on this instance; beyond it requests answer 429
+    /// `rate_limited` with `Retry-After`. 0 switches the limit off.
+    #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value_t = 100)]
+    pub rate_limit_per_second: u32,
+
+    /// Requests a developer may make at once above the sustained rate.
+    #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 200)]
+    pub rate_limit_burst: u32,
 }
 
 impl Config {
@@ -54,6 +64,9 @@ impl Config {
         self.common.validate()?;
         if self.max_request_bytes < 1024 || self.max_event_bytes < 1024 {
             return Err("MAX_REQUEST_BYTES and MAX_EVENT_BYTES must be at least 1024".into());
+        }
+        if self.rate_limit_per_second > 0 && self.rate_limit_burst == 0 {
+            return Err("RATE_LIMIT_BURST must be at least 1 while RATE_LIMIT_PER_SECOND is set".into());
         }
         Ok(())
     }

@@ -78,6 +78,8 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("Idempotency-Key reused with a different request")]
     IdempotencyKeyReused,
+    #[error("rate limited for {0:?}")]
+    RateLimited(std::time::Duration),
     #[error("internal error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -107,6 +109,7 @@ impl ApiError {
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -162,6 +165,9 @@ impl ApiError {
                     "This Idempotency-Key was already used with a different request".into(),
                 )
             },
+            ApiError::RateLimited(wait) => {
+                plain("rate_limited", format!("Too many requests for this developer; retry after {} s", wait.as_secs()))
+            }
             ApiError::Unexpected(_) => {
                 let message = "An unexpected error occurred; please try again".to_owned();
                 ErrorBody {
@@ -183,6 +189,9 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(self.body())).into_response();
         if status == StatusCode::CONFLICT || status == StatusCode::INTERNAL_SERVER_ERROR {
             response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        if let ApiError::RateLimited(wait) = &self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
         response
     }

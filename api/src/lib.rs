@@ -17,6 +17,7 @@ pub mod internal;
 pub mod keys;
 pub mod metrics;
 pub mod openapi;
+pub mod rate_limit;
 pub mod relay;
 pub mod routes;
 pub mod state;
@@ -77,6 +78,7 @@ pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationTok
         metrics: metrics.clone(),
         relay_wake: Arc::default(),
         broker_up: broker_rx,
+        rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
     };
 
     let background = CancellationToken::new();

@@ -4,18 +4,45 @@
 use axum::{Json, response::IntoResponse};
 use utoipa::{
     Modify, OpenApi,
-    openapi::security::{ApiKey as ApiKeyScheme, ApiKeyValue, SecurityScheme},
+    openapi::{
+        ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type,
+        security::{ApiKey as ApiKeyScheme, ApiKeyValue, SecurityScheme},
+    },
 };
 
 use crate::routes::{api_keys, events, webhooks};
 
-struct Security;
+/// The `Api-Key` scheme, and the answers every operation can give whatever
+/// it does: the two 401s and the 429 of the request limit.
+struct Common;
 
-impl Modify for Security {
+impl Modify for Common {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components
             .add_security_scheme("api_key", SecurityScheme::ApiKey(ApiKeyScheme::Header(ApiKeyValue::new("Api-Key"))));
+        let error_body = || ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+        let unauthorized = ResponseBuilder::new()
+            .description("`Api-Key` missing (`required`) or not a valid key (`invalid`)")
+            .content("application/json", error_body())
+            .build();
+        let retry_after = HeaderBuilder::new()
+            .schema(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)))
+            .description(Some("Seconds to wait before the next request"))
+            .build();
+        let rate_limited = ResponseBuilder::new()
+            .description("`rate_limited`: the developer is over `RATE_LIMIT_PER_SECOND`")
+            .header("Retry-After", retry_after)
+            .content("application/json", error_body())
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                let responses = &mut operation.responses.responses;
+                responses.entry("401".into()).or_insert_with(|| unauthorized.clone().into());
+                responses.entry("429".into()).or_insert_with(|| rate_limited.clone().into());
+            }
+        }
     }
 }
 
@@ -32,7 +59,7 @@ impl Modify for Security {
         events::upcoming, events::logs, events::send, events::list,
     ),
     components(schemas(crate::error::ErrorBody)),
-    modifiers(&Security),
+    modifiers(&Common),
     security(("api_key" = [])),
 )]
 struct Document;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use shared::{broker::Topology, keys::KeyCipher, store::Store};
 use tokio::sync::{Notify, watch};
 
-use crate::{config::Config, metrics::Metrics};
+use crate::{config::Config, metrics::Metrics, rate_limit::RateLimit};
 
 /// Handles on the store, the broker relay and settings.
 #[derive(Debug, Clone)]
@@ -21,4 +21,6 @@ pub struct AppState {
     pub relay_wake: Arc<Notify>,
     /// Whether the relay holds a working broker channel.
     pub broker_up: watch::Receiver<bool>,
+    /// The per-developer request limit, unless switched off.
+    pub rate_limit: Option<Arc<RateLimit>>,
 }
