@@ -110,6 +110,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         client,
         cache: EndpointCache::new(store.clone(), cipher, config.endpoint_cache_ttl),
         recorder: Recorder::spawn(store.clone(), &writers),
+        store: store.clone(),
         metrics: metrics.clone(),
         per_endpoint: std::sync::Mutex::new(HashMap::new()),
         config: config.clone(),

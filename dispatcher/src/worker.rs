@@ -24,7 +24,7 @@ use rand::Rng;
 use shared::{
     broker::{self, DeliveryMessage, Envelope, Message, Topology},
     model::{DeliveryLog, EndpointStatus},
-    store::{AttemptRecord, DeliveryState},
+    store::{AttemptRecord, DeliveryState, RetryStanding, Store},
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -48,6 +48,8 @@ pub struct Context {
     pub client: reqwest::Client,
     pub cache: EndpointCache,
     pub recorder: Recorder,
+    /// For the few reads outside the cache (whether a retry still stands).
+    pub store: Store,
     pub metrics: Arc<Metrics>,
     /// Attempts in flight per endpoint.
     pub per_endpoint: Mutex<HashMap<String, Arc<EndpointSlots>>>,
@@ -280,6 +282,23 @@ async fn handle(context: &Context, session: &Session, delivery: Delivery) {
 }
 
 async fn process(context: &Context, session: &Session, delivery: &Delivery, message: DeliveryMessage) {
+    // A retry may have been overtaken by `send` (which re-arms the delivery
+    // with a new generation and its own message) or by success: then it goes
+    // no further. First attempts skip this read; theirs is the hot path.
+    if message.attempt > 1 {
+        match context.store.retry_standing(message.delivery_id, message.generation).await {
+            Ok(RetryStanding::Current) => {}
+            Ok(RetryStanding::Superseded) => {
+                tracing::debug!("retry superseded; dropped");
+                context.metrics.outcome("superseded");
+                return ack(session, delivery);
+            }
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "cannot load the delivery");
+                return park(context, session, delivery, &message).await;
+            }
+        }
+    }
     let endpoint = match context.cache.get(&message.endpoint_id).await {
         Ok(endpoint) => endpoint,
         Err(error) => {
@@ -293,6 +312,7 @@ async fn process(context: &Context, session: &Session, delivery: &Delivery, mess
         next_attempt_at: None,
         log: None,
         endpoint_id: message.endpoint_id.clone(),
+        generation: message.generation,
     };
     let endpoint = match endpoint {
         Some(endpoint) if endpoint.status == EndpointStatus::Active => endpoint,

@@ -227,6 +227,11 @@ pub struct DeliveryMessage {
     /// Deliver even to a `disabled` endpoint: set by `POST /webhooks/{id}/send`.
     #[serde(default)]
     pub force: bool,
+    /// The delivery's generation this message belongs to: 0 from ingest, and
+    /// one more for each `send`. A retry of an older generation is dropped,
+    /// and its outcome does not change the delivery's state.
+    #[serde(default)]
+    pub generation: i32,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 use shared::signing::SIGNATURE_HEADER;
-use tests::{ApiOptions, Reply, TestApi};
+use tests::{ApiOptions, Reply, TestApi, WAIT};
 
 fn schedule(retry_schedule: &str) -> ApiOptions {
     ApiOptions { retry_schedule: Some(retry_schedule.to_owned()), ..ApiOptions::default() }
@@ -200,6 +200,44 @@ async fn a_longer_retry_after_on_503_is_honoured() {
     assert!(waited >= 1900, "the retry came {waited} ms after a 503 asking for 2 s");
     let entries = wait_for_logs(&api, &key, &endpoint, 2).await;
     assert_eq!(field(&entries, "status"), [200, 503], "{entries:?}");
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
+    let api = TestApi::start_with(schedule("3s")).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_sequence([Reply::status(500).body("not yet")]);
+    receiver.reply_always(Reply::ok());
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    let first = wait_for_logs(&api, &key, &endpoint, 1).await;
+    assert_eq!(first[0]["status"], 500, "{first:?}");
+    let listed = upcoming(&api, &key, &endpoint, "").await;
+    assert_eq!(listed.len(), 1, "a failed first attempt with a retry due is upcoming: {listed:?}");
+
+    // The developer does not wait for the retry due in 3 s.
+    assert_sent(&send(&api, &key, &endpoint, &event_id(&event)).await);
+    receiver.wait_for(2).await.unwrap();
+    wait_upcoming(&api, &key, &endpoint, &event_id(&event), false).await;
+
+    // The retry scheduled before the send comes due and is dropped unsent.
+    let superseded = "webhooks_dispatcher_deliveries_total{outcome=\"superseded\"}";
+    eventually("the overtaken retry is dropped", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if sample(&text, superseded) == Some(1.0) { Ok(()) } else { Err(text) }
+    })
+    .await;
+    assert_eq!(receiver.count(), 2, "the overtaken retry was delivered: {:?}", received_ids(&receiver));
+    let entries = logs(&api, &key, &endpoint, "").await;
+    assert_eq!(field(&entries, "status"), [200, 500], "{entries:?}");
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "the delivery is settled");
+    verify_all(&receiver, &endpoint);
 
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();

@@ -47,13 +47,28 @@ pub struct AttemptRecord {
     /// `None` when nothing was sent (endpoint disabled or deleted).
     pub log: Option<DeliveryLog>,
     pub endpoint_id: String,
+    /// The generation of the message; the state is written only if the
+    /// delivery is still at it.
+    pub generation: i32,
+}
+
+/// Whether a retry message still stands for its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryStanding {
+    /// The delivery is still at the message's generation and not settled.
+    Current,
+    /// `send` re-armed the delivery since, or it succeeded or was cancelled
+    /// (or is gone): the message is dropped without an attempt.
+    Superseded,
 }
 
 impl Store {
     /// Writes a batch of outcomes in one transaction: the log rows, then the
     /// delivery states, in delivery-id order (so concurrent batches and bulk
-    /// cancellations lock rows in one order). A cancelled delivery stays
-    /// cancelled; otherwise the latest outcome written wins.
+    /// cancellations lock rows in one order). Every attempt is logged; the
+    /// state is written only while the delivery is at the record's generation
+    /// (an outcome of a generation `send` has replaced changes nothing), and a
+    /// cancelled delivery stays cancelled.
     pub async fn record_attempts(&self, records: &[AttemptRecord]) -> Result<(), sqlx::Error> {
         if records.is_empty() {
             return Ok(());
@@ -86,17 +101,30 @@ impl Store {
             "UPDATE deliveries d
                 SET state = u.state, next_attempt_at = u.next_attempt_at,
                     attempts = d.attempts + u.attempted, updated_at = now()
-               FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[])
-                    AS u(id, state, next_attempt_at, attempted)
-              WHERE d.id = u.id AND d.state <> 'cancelled'",
+               FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
+                    AS u(id, state, next_attempt_at, attempted, generation)
+              WHERE d.id = u.id AND d.state <> 'cancelled' AND d.generation = u.generation",
         )
         .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
         .bind(records.iter().map(|r| i32::from(r.log.is_some())).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
         tx.commit().await
+    }
+
+    /// Whether a retry of `delivery_id` at `generation` should still be made.
+    pub async fn retry_standing(&self, delivery_id: i64, generation: i32) -> Result<RetryStanding, sqlx::Error> {
+        let current: Option<bool> = sqlx::query_scalar(
+            "SELECT generation = $2 AND state NOT IN ('succeeded', 'cancelled') FROM deliveries WHERE id = $1",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })
     }
 
     /// The endpoint's delivery log, newest first; `None` when the cursor names

@@ -235,12 +235,13 @@ impl Store {
         if !(has_delivery || (in_categories && in_epoch)) {
             return Ok(SendOutcome::NotForEndpoint);
         }
-        let delivery_id: i64 = sqlx::query_scalar(
+        let (delivery_id, generation): (i64, i32) = sqlx::query_as(
             "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
              VALUES ($1, $2, 'pending', $3, now())
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
-                SET state = 'pending', next_attempt_at = now(), updated_at = now()
-             RETURNING id",
+                SET state = 'pending', next_attempt_at = now(), updated_at = now(),
+                    generation = deliveries.generation + 1
+             RETURNING id, generation",
         )
         .bind(event_id)
         .bind(&endpoint.id)
@@ -254,6 +255,7 @@ impl Store {
             developer_id: endpoint.developer_id,
             attempt: 1,
             force: true,
+            generation,
             body,
             event_created_at: created_at,
         }))

@@ -11,7 +11,7 @@ mod idempotency;
 mod outbox;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{AttemptRecord, DeliveryState};
+pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
 pub use endpoints::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome};
 pub use events::{EventPage, IngestOutcome, NewEvent, SendOutcome, StoredEvent};
 pub use idempotency::{Claim, StoredResponse};
