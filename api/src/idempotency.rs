@@ -47,12 +47,12 @@ fn stored_body(body: &[u8], redact: Option<Redact>) -> Vec<u8> {
 /// Largest response kept for replay; every answer of this API is far smaller.
 const MAX_STORED_RESPONSE: usize = 1024 * 1024;
 
-fn valid_key(key: &str) -> bool {
+pub(crate) fn valid_key(key: &str) -> bool {
     (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// What makes two requests "the same": method, path and body bytes.
-fn fingerprint(method: &Method, path: &str, body: &[u8]) -> Vec<u8> {
+pub(crate) fn fingerprint(method: &Method, path: &str, body: &[u8]) -> Vec<u8> {
     let mut context = digest::Context::new(&digest::SHA256);
     context.update(method.as_str().as_bytes());
     context.update(b" ");

@@ -1,12 +1,14 @@
 //! `POST /internal/events`: producers hand events over here. The event, its
 //! deliveries and their outbox messages are committed together before the 201,
-//! so an accepted event survives any later crash.
+//! so an accepted event survives any later crash. A producer that retries
+//! sends an `Idempotency-Key`: the same request again answers the event it
+//! made, with `Idempotent-Replayed: true`, instead of making a second one.
 
 use axum::{
     Router,
     body::{Body, to_bytes},
     extract::State,
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, Method, StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -14,7 +16,7 @@ use serde::Deserialize;
 use shared::{
     ids,
     model::{Category, Event},
-    store::NewEvent,
+    store::{EVENT_IDEMPOTENCY_INDEX, NewEvent},
 };
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -22,6 +24,7 @@ use uuid::Uuid;
 use crate::{
     error::{ApiError, ApiResult, Location},
     extract::parse_json,
+    idempotency::{IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, fingerprint, valid_key},
     state::AppState,
 };
 
@@ -92,6 +95,30 @@ fn split_at_sequence(event: &Event) -> Result<(String, String), serde_json::Erro
     Ok((json[..split].to_owned(), json[split + 1..].to_owned()))
 }
 
+/// The producer's optional `Idempotency-Key` (same rules as on the public API).
+fn producer_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
+    match value.to_str().ok().filter(|k| valid_key(k)) {
+        Some(key) => Ok(Some(key.to_owned())),
+        None => Err(ApiError::invalid(
+            Location::Header,
+            IDEMPOTENCY_KEY_HEADER,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
+/// The answer for a key `developer_id` already used: the same 201 and event
+/// for the same request, 422 for another one; `None` for a fresh key.
+async fn replay(state: &AppState, developer_id: Uuid, key: &str, hash: &[u8]) -> ApiResult<Option<Response>> {
+    let Some(earlier) = state.store.find_idempotent_event(developer_id, key).await? else { return Ok(None) };
+    if earlier.request_hash != hash {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    let headers = [(header::CONTENT_TYPE.as_str(), "application/json"), (REPLAYED_HEADER, "true")];
+    Ok(Some((StatusCode::CREATED, headers, earlier.body).into_response()))
+}
+
 async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
@@ -101,14 +128,23 @@ async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = to_bytes(body, state.config.max_event_bytes).await.map_err(|_| ApiError::TooLarge)?;
+    let idempotency_key = producer_key(&headers)?;
     let body: IngestEvent = parse_json(&bytes)?;
     validate(&body)?;
+    let request_hash = idempotency_key.as_ref().map(|_| fingerprint(&Method::POST, "/internal/events", &bytes));
+    if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash)
+        && let Some(answer) = replay(&state, body.developer_id, key, hash).await?
+    {
+        return Ok(answer);
+    }
 
     let new = NewEvent {
         id: ids::new_event_id(),
         developer_id: body.developer_id,
         category: body.event_category,
         created_at: shared::time::now(),
+        idempotency_key,
+        request_hash,
     };
     let event = Event {
         api_version: "v0".into(),
@@ -124,7 +160,17 @@ async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         event_created_at: new.created_at,
     };
     let (head, tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
-    let (outcome, body) = state.store.ingest_event(&new, &state.topology.deliveries(), &head, &tail).await?;
+    let (outcome, body) = match state.store.ingest_event(&new, &state.topology.deliveries(), &head, &tail).await {
+        Ok(stored) => stored,
+        // A concurrent request with the same key committed first: answer its event.
+        Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {
+            let (Some(key), Some(hash)) = (&new.idempotency_key, &new.request_hash) else {
+                return Err(error.into());
+            };
+            return replay(&state, new.developer_id, key, hash).await?.ok_or_else(|| error.into());
+        }
+        Err(error) => return Err(error.into()),
+    };
     state.relay_wake.notify_one();
     state.metrics.events_accepted.inc();
     tracing::debug!(event_id = %new.id, developer_id = %new.developer_id, pending = outcome.pending, held = outcome.held, "event accepted");

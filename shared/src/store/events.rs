@@ -17,6 +17,23 @@ pub struct NewEvent {
     pub developer_id: Uuid,
     pub category: Category,
     pub created_at: DateTime<Utc>,
+    /// The producer's `Idempotency-Key`, if it sent one.
+    pub idempotency_key: Option<String>,
+    /// The fingerprint of the request, kept with the key.
+    pub request_hash: Option<Vec<u8>>,
+}
+
+/// The name of the unique index that makes an `Idempotency-Key` of ingest
+/// name one event per developer; a violation means a concurrent twin won.
+pub const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
+
+/// An event stored earlier under a producer's `Idempotency-Key`.
+#[derive(Debug, Clone)]
+pub struct IdempotentEvent {
+    /// The fingerprint of the request that made it.
+    pub request_hash: Vec<u8>,
+    /// The event JSON as answered then.
+    pub body: String,
 }
 
 /// Where each delivery of an accepted event went.
@@ -78,8 +95,8 @@ impl Store {
                  ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
                  RETURNING next_event_sequence - 1 AS n
              ), ev AS (
-                 INSERT INTO events (id, developer_id, sequence, category, body, created_at)
-                 SELECT $2, $1, n, $3, $4 || n || $5, $6 FROM seq
+                 INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
+                 SELECT $2, $1, n, $3, $4 || n || $5, $6, $8, $9 FROM seq
                  RETURNING sequence, body
              ), d AS (
                  INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
@@ -110,6 +127,8 @@ impl Store {
         .bind(body_tail)
         .bind(event.created_at)
         .bind(deliveries_queue)
+        .bind(event.idempotency_key.as_deref())
+        .bind(event.request_hash.as_deref())
         .fetch_one(&self.pool)
         .await?;
         let outcome = IngestOutcome {
@@ -118,6 +137,21 @@ impl Store {
             held: usize::try_from(held).unwrap_or_default(),
         };
         Ok((outcome, body))
+    }
+
+    /// The event `developer_id` made earlier with this `Idempotency-Key`.
+    pub async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> Result<Option<IdempotentEvent>, sqlx::Error> {
+        let found: Option<(Option<Vec<u8>>, String)> =
+            sqlx::query_as("SELECT request_hash, body FROM events WHERE developer_id = $1 AND idempotency_key = $2")
+                .bind(developer_id)
+                .bind(idempotency_key)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.map(|(request_hash, body)| IdempotentEvent { request_hash: request_hash.unwrap_or_default(), body }))
     }
 
     /// The endpoint's upcoming events, oldest first: deliveries not yet

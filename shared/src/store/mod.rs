@@ -13,7 +13,9 @@ mod outbox;
 pub use api_keys::{NewApiKey, hash_key};
 pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
 pub use endpoints::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome};
-pub use events::{EventPage, IngestOutcome, NewEvent, SendOutcome, StoredEvent};
+pub use events::{
+    EVENT_IDEMPOTENCY_INDEX, EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoredEvent,
+};
 pub use idempotency::{Claim, StoredResponse};
 pub use outbox::OutboxRow;
 
