@@ -229,9 +229,12 @@ pub struct DeliveryMessage {
     pub force: bool,
     /// The delivery's generation this message belongs to: 0 from ingest, and
     /// one more for each `send`. A retry of an older generation is dropped,
-    /// and its outcome does not change the delivery's state.
-    #[serde(default)]
-    pub generation: i32,
+    /// and its outcome does not change the delivery's state. `None` when the
+    /// writer predates generations (or dropped the field on re-publishing):
+    /// then only the delivery's state is checked, never the generation, so a
+    /// mixed-version deployment may deliver twice but never drops a delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i32>,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.
@@ -297,6 +300,25 @@ mod tests {
         assert_eq!(json["change"], "url_changed");
         let back: Envelope = serde_json::from_value(json).unwrap();
         assert_eq!(back, message);
+    }
+
+    #[test]
+    fn delivery_messages_from_older_writers_still_parse() {
+        // As written before `force` and `generation` existed.
+        let old = r#"{"v":1,"type":"delivery","delivery_id":5,"event_id":"wh_00","endpoint_id":"wep_00",
+            "developer_id":"00000000-0000-0000-0000-000000000000","attempt":2,"body":"{}",
+            "event_created_at":"2026-01-01T00:00:00Z"}"#;
+        let Envelope { message: Message::Delivery(message), .. } = serde_json::from_str(old).unwrap() else {
+            panic!("not a delivery")
+        };
+        assert_eq!((message.attempt, message.force, message.generation), (2, false, None));
+
+        let current = DeliveryMessage { generation: Some(3), ..message };
+        let bytes = Envelope::new(Message::Delivery(current.clone())).to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["generation"], 3);
+        let back: Envelope = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.message, Message::Delivery(current));
     }
 
     #[test]

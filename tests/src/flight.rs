@@ -77,13 +77,30 @@ pub(crate) fn dump(headline: &str) {
     let _ = writeln!(stderr, "=== the threads of process {}:", std::process::id());
     let _ = stderr.flush();
     drop(stderr);
-    let traced = std::process::Command::new("gdb")
+    let gdb = std::process::Command::new("gdb")
         .args(["-p", &std::process::id().to_string(), "-batch", "-nx", "-ex", "thread apply all bt 30"])
         .stdin(std::process::Stdio::null())
         .stdout(std::io::stderr())
         .stderr(std::io::stderr())
-        .status();
-    if let Err(error) = traced {
-        let _ = writeln!(std::io::stderr(), "(no backtraces: gdb did not run: {error})");
+        .spawn();
+    let mut gdb = match gdb {
+        Ok(gdb) => gdb,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "(no backtraces: gdb did not run: {error})");
+            return;
+        }
+    };
+    // The abort must come even if gdb stalls.
+    let deadline = std::time::Instant::now() + GDB_DEADLINE;
+    while matches!(gdb.try_wait(), Ok(None)) {
+        if std::time::Instant::now() > deadline {
+            let _ = gdb.kill();
+            let _ = writeln!(std::io::stderr(), "(gdb took over {GDB_DEADLINE:?}; stopped)");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// How long the backtraces may take.
+const GDB_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);

@@ -207,7 +207,7 @@ async fn a_longer_retry_after_on_503_is_honoured() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
-    let api = TestApi::start_with(schedule("5s")).await.unwrap();
+    let api = TestApi::start_with(schedule("10s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
@@ -221,7 +221,8 @@ async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
     let listed = upcoming(&api, &key, &endpoint, "").await;
     assert_eq!(listed.len(), 1, "a failed first attempt with a retry due is upcoming: {listed:?}");
 
-    // The developer does not wait for the retry due in 5 s.
+    // The developer does not wait for the retry due in 9 to 10 s.
+    assert_eq!(receiver.count(), 1, "the retry came before the send: {:?}", received_ids(&receiver));
     assert_sent(&send(&api, &key, &endpoint, &event_id(&event)).await);
     receiver.wait_for(2).await.unwrap();
     wait_upcoming(&api, &key, &endpoint, &event_id(&event), false).await;

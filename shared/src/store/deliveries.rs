@@ -48,8 +48,8 @@ pub struct AttemptRecord {
     pub log: Option<DeliveryLog>,
     pub endpoint_id: String,
     /// The generation of the message; the state is written only if the
-    /// delivery is still at it.
-    pub generation: i32,
+    /// delivery is still at it (any state when unknown).
+    pub generation: Option<i32>,
 }
 
 /// Whether a retry message still stands for its delivery.
@@ -103,7 +103,8 @@ impl Store {
                     attempts = d.attempts + u.attempted, updated_at = now()
                FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
                     AS u(id, state, next_attempt_at, attempted, generation)
-              WHERE d.id = u.id AND d.state <> 'cancelled' AND d.generation = u.generation",
+              WHERE d.id = u.id AND d.state <> 'cancelled'
+                AND (u.generation IS NULL OR d.generation = u.generation)",
         )
         .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
@@ -115,10 +116,16 @@ impl Store {
         tx.commit().await
     }
 
-    /// Whether a retry of `delivery_id` at `generation` should still be made.
-    pub async fn retry_standing(&self, delivery_id: i64, generation: i32) -> Result<RetryStanding, sqlx::Error> {
+    /// Whether a retry of `delivery_id` at `generation` (unknown: `None`)
+    /// should still be made.
+    pub async fn retry_standing(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+    ) -> Result<RetryStanding, sqlx::Error> {
         let current: Option<bool> = sqlx::query_scalar(
-            "SELECT generation = $2 AND state NOT IN ('succeeded', 'cancelled') FROM deliveries WHERE id = $1",
+            "SELECT ($2::int4 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+               FROM deliveries WHERE id = $1",
         )
         .bind(delivery_id)
         .bind(generation)

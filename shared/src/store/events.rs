@@ -110,7 +110,7 @@ impl Store {
                  INSERT INTO outbox (exchange, routing_key, payload)
                  SELECT '', $7, convert_to(json_build_object(
                             'v', 1, 'type', 'delivery', 'delivery_id', d.id, 'event_id', $2,
-                            'endpoint_id', d.endpoint_id, 'developer_id', $1, 'attempt', 1, 'force', false,
+                            'endpoint_id', d.endpoint_id, 'developer_id', $1, 'attempt', 1, 'force', false, 'generation', 0,
                             'body', ev.body, 'event_created_at', $6)::text, 'UTF8')
                  FROM d, ev WHERE d.state = 'pending'
                  RETURNING 1
@@ -289,7 +289,7 @@ impl Store {
             developer_id: endpoint.developer_id,
             attempt: 1,
             force: true,
-            generation,
+            generation: Some(generation),
             body,
             event_created_at: created_at,
         }))
