@@ -6,7 +6,7 @@ use aws_lc_rs::digest;
 use axum::{
     body::{Body, to_bytes},
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -47,7 +47,7 @@ fn stored_body(body: &[u8], redact: Option<Redact>) -> Vec<u8> {
 /// Largest response kept for replay; every answer of this API is far smaller.
 const MAX_STORED_RESPONSE: usize = 1024 * 1024;
 
-pub(crate) fn valid_key(key: &str) -> bool {
+fn valid_key(key: &str) -> bool {
     (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
@@ -62,28 +62,29 @@ pub(crate) fn fingerprint(method: &Method, path: &str, body: &[u8]) -> Vec<u8> {
     context.finish().as_ref().to_vec()
 }
 
+/// The request's `Idempotency-Key`, if it has one; 400 `invalid` when it is
+/// not 1 to 255 visible characters.
+pub(crate) fn key_from_headers(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
+    match value.to_str().ok().filter(|k| valid_key(k)) {
+        Some(key) => Ok(Some(key.to_owned())),
+        None => Err(ApiError::invalid(
+            Location::Header,
+            IDEMPOTENCY_KEY_HEADER,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
 /// Runs after authentication on the public routes.
 pub async fn idempotency(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
     if request.method() != Method::POST {
         return Ok(next.run(request).await);
     }
     let caller = request.extensions().get::<Caller>().cloned().ok_or(ApiError::MissingApiKey)?;
-    let key = match request.headers().get(IDEMPOTENCY_KEY_HEADER) {
-        None => {
-            return Err(ApiError::required(
-                Location::Header,
-                IDEMPOTENCY_KEY_HEADER,
-                "Every POST needs an Idempotency-Key header",
-            ));
-        }
-        Some(value) => value.to_str().ok().filter(|k| valid_key(k)).map(str::to_owned).ok_or_else(|| {
-            ApiError::invalid(
-                Location::Header,
-                IDEMPOTENCY_KEY_HEADER,
-                "Idempotency-Key must be 1 to 255 visible ASCII characters",
-            )
-        })?,
-    };
+    let key = key_from_headers(request.headers())?.ok_or_else(|| {
+        ApiError::required(Location::Header, IDEMPOTENCY_KEY_HEADER, "Every POST needs an Idempotency-Key header")
+    })?;
 
     let (parts, body) = request.into_parts();
     let bytes = to_bytes(body, state.config.max_request_bytes).await.map_err(|_| ApiError::TooLarge)?;
@@ -133,7 +134,8 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
     .map_err(|e| ApiError::Unexpected(e.into()))?
 }
 
-fn replay(stored: StoredResponse) -> Response {
+/// A stored answer, replayed with `Idempotent-Replayed: true`.
+pub(crate) fn replay(stored: StoredResponse) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let mut response = (status, stored.body).into_response();
     let headers = response.headers_mut();

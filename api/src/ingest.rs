@@ -16,7 +16,7 @@ use serde::Deserialize;
 use shared::{
     ids,
     model::{Category, Event},
-    store::{EVENT_IDEMPOTENCY_INDEX, NewEvent},
+    store::{EVENT_IDEMPOTENCY_INDEX, NewEvent, StoredResponse},
 };
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::{
     error::{ApiError, ApiResult, Location},
     extract::parse_json,
-    idempotency::{IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, fingerprint, valid_key},
+    idempotency::{self, fingerprint},
     state::AppState,
 };
 
@@ -95,19 +95,6 @@ fn split_at_sequence(event: &Event) -> Result<(String, String), serde_json::Erro
     Ok((json[..split].to_owned(), json[split + 1..].to_owned()))
 }
 
-/// The producer's optional `Idempotency-Key` (same rules as on the public API).
-fn producer_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
-    match value.to_str().ok().filter(|k| valid_key(k)) {
-        Some(key) => Ok(Some(key.to_owned())),
-        None => Err(ApiError::invalid(
-            Location::Header,
-            IDEMPOTENCY_KEY_HEADER,
-            "Idempotency-Key must be 1 to 255 visible ASCII characters",
-        )),
-    }
-}
-
 /// The answer for a key `developer_id` already used: the same 201 and event
 /// for the same request, 422 for another one; `None` for a fresh key.
 async fn replay(state: &AppState, developer_id: Uuid, key: &str, hash: &[u8]) -> ApiResult<Option<Response>> {
@@ -115,8 +102,10 @@ async fn replay(state: &AppState, developer_id: Uuid, key: &str, hash: &[u8]) ->
     if earlier.request_hash != hash {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let headers = [(header::CONTENT_TYPE.as_str(), "application/json"), (REPLAYED_HEADER, "true")];
-    Ok(Some((StatusCode::CREATED, headers, earlier.body).into_response()))
+    Ok(Some(idempotency::replay(StoredResponse {
+        status: StatusCode::CREATED.as_u16(),
+        body: earlier.body.into_bytes(),
+    })))
 }
 
 async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -128,7 +117,7 @@ async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = to_bytes(body, state.config.max_event_bytes).await.map_err(|_| ApiError::TooLarge)?;
-    let idempotency_key = producer_key(&headers)?;
+    let idempotency_key = idempotency::key_from_headers(&headers)?;
     let body: IngestEvent = parse_json(&bytes)?;
     validate(&body)?;
     let request_hash = idempotency_key.as_ref().map(|_| fingerprint(&Method::POST, "/internal/events", &bytes));

@@ -346,7 +346,8 @@ async fn process(context: &Context, session: &Session, delivery: &Delivery, mess
     }
     context.metrics.in_flight.inc();
     let allow_private = context.config.common.target_allow_private;
-    let attempt = deliver::attempt(&context.client, &endpoint, &message.event_id, &message.body, allow_private).await;
+    let mut attempt =
+        deliver::attempt(&context.client, &endpoint, &message.event_id, &message.body, allow_private).await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
 
@@ -355,7 +356,7 @@ async fn process(context: &Context, session: &Session, delivery: &Delivery, mess
         event_id: message.event_id.clone(),
         attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
         status: attempt.status.map(i32::from),
-        response_body: attempt.response_body.clone(),
+        response_body: attempt.response_body.take(),
         error: attempt.error.map(str::to_owned),
         duration_ms: i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX),
         created_at: shared::time::now(),
