@@ -120,9 +120,15 @@ pub const DEFAULT_RETRY_SCHEDULE: &str = "5s,30s,2m,10m,30m,1h,2h,4h,8h,12h,12h,
 /// Settings shared by `webhooks-api` and `webhooks-dispatcher`.
 #[derive(Debug, Clone, Args)]
 pub struct CommonConfig {
-    /// PostgreSQL connection string.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/webhooks")]
-    pub database_url: String,
+    /// PostgreSQL connection string (default [`DEFAULT_DATABASE_URL`]).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// Where standalone mode keeps everything (its SQLite store). The
+    /// operator's commands (`keys create`, `migrate`) work on it when it is
+    /// set and `DATABASE_URL` is not.
+    #[arg(long, env = "DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 
     /// Upper bound of this process's PostgreSQL pool; keep the sum over all
     /// processes under the server's `max_connections` (100 by default).
@@ -167,7 +173,23 @@ pub struct CommonConfig {
     pub log_format: LogFormat,
 }
 
+/// The PostgreSQL database used when `DATABASE_URL` is not set.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/webhooks";
+
+/// Where standalone mode keeps its data when `DATA_DIR` is not set.
+pub const DEFAULT_DATA_DIR: &str = "./webhooks-data";
+
 impl CommonConfig {
+    /// The PostgreSQL connection string in force.
+    pub fn database_url(&self) -> &str {
+        self.database_url.as_deref().unwrap_or(DEFAULT_DATABASE_URL)
+    }
+
+    /// The standalone data directory in force.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
     /// The cipher for endpoint private keys; an empty `KEY_ENCRYPTION_KEY`
     /// counts as unset.
     pub fn key_cipher(&self) -> Result<crate::keys::KeyCipher, crate::keys::KeyError> {

@@ -1,10 +1,12 @@
-//! The PostgreSQL pool and the schema migrations that both programs rely on.
+//! Opening the store: the PostgreSQL pool and its schema migrations, or the
+//! SQLite store of standalone mode.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
 
+use crate::store::{Store, pg::PgStore, sqlite::SqliteStore};
 use sqlx::{
     PgPool,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -33,13 +35,23 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 
 /// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
 /// starts) and returns the store both programs work through.
-pub async fn connect(common: &crate::config::CommonConfig) -> anyhow::Result<crate::store::Store> {
-    let pool = pool(&common.database_url, common.database_max_connections).context("DATABASE_URL")?;
+pub async fn connect(common: &crate::config::CommonConfig) -> anyhow::Result<Store> {
+    let url = common.database_url();
+    let pool = pool(url, common.database_max_connections).context("DATABASE_URL")?;
     (|| migrate(&pool))
         .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(5)).with_max_times(8))
         .notify(|error, delay| tracing::warn!(%error, ?delay, "database not ready; retrying"))
         .await
         .context("apply database migrations")?;
     let topology = crate::broker::Topology::new(&common.queue_prefix, &common.retry_schedule);
-    Ok(crate::store::Store::new(pool, &topology))
+    Ok(Store::Postgres(PgStore::new(pool, &topology)))
+}
+
+/// The store an operator's command works on: standalone mode's SQLite store
+/// when `DATA_DIR` is set and `DATABASE_URL` is not, else PostgreSQL.
+pub async fn open_for_command(common: &crate::config::CommonConfig) -> anyhow::Result<Store> {
+    match (&common.database_url, &common.data_dir) {
+        (None, Some(data_dir)) => Ok(Store::Sqlite(SqliteStore::open(data_dir).await?)),
+        _ => connect(common).await,
+    }
 }

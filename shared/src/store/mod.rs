@@ -1,49 +1,271 @@
-//! The PostgreSQL store: every query the two programs run, grouped by resource.
+//! The store: every read and write the two programs make, behind one handle,
+//! over either backend.
 //!
-//! Handlers and workers talk to [`Store`] only, never to SQL, so the storage
-//! seam stays narrow. Each method is one statement or one transaction.
+//! - PostgreSQL ([`pg`]) for the distributed deployment: several processes,
+//!   with a transactional outbox that the API's relay publishes to RabbitMQ;
+//! - SQLite ([`sqlite`]) for standalone mode: one process, one directory,
+//!   where the deliveries table is also the delivery queue.
+//!
+//! Handlers and workers talk to [`Store`] only, never to SQL or to a backend:
+//! each method is one statement or one transaction on whichever backend runs,
+//! with the same guarantees (event sequence, endpoint limit, idempotency under
+//! concurrent twins, generations). Logic that is not SQL (what an update
+//! changes, which events an endpoint wants) lives in the backend-neutral
+//! modules here and is called by both.
 
 mod api_keys;
 mod deliveries;
 mod endpoints;
 mod events;
 mod idempotency;
-mod outbox;
+pub mod pg;
+pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
 pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
 pub use endpoints::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome};
-pub use events::{
-    EVENT_IDEMPOTENCY_INDEX, EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoredEvent,
-};
-pub use idempotency::{Claim, StoredResponse};
-pub use outbox::OutboxRow;
+pub use events::{EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoredEvent};
+pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 
-use sqlx::PgPool;
+use uuid::Uuid;
 
-use crate::broker::Topology;
+use crate::model::{ApiKey, DeliveryLog};
 
-/// Cheap to clone: a handle on the pool.
+/// Why a store call failed, whatever the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another request with the same producer `Idempotency-Key` stored its
+    /// event first (concurrent twins): answer that event.
+    #[error("an event with this Idempotency-Key was stored concurrently")]
+    IdempotencyKeyTaken,
+    /// A stored row cannot be read back as the domain type.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The database failed or could not be reached.
+    #[error("database error")]
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::Database(error)
+    }
+}
+
+/// The result of a store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Cheap to clone: a handle on one backend.
 #[derive(Debug, Clone)]
-pub struct Store {
-    pool: PgPool,
-    lifecycle_exchange: String,
+pub enum Store {
+    Postgres(pg::PgStore),
+    Sqlite(sqlite::SqliteStore),
+}
+
+/// Calls the same method on whichever backend runs.
+macro_rules! each_backend {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($store) => $call,
+            Store::Sqlite($store) => $call,
+        }
+    };
 }
 
 impl Store {
-    /// A store over `pool` that announces endpoint changes on the lifecycle
-    /// exchange of `topology`.
-    pub fn new(pool: PgPool, topology: &Topology) -> Store {
-        Store { pool, lifecycle_exchange: topology.lifecycle() }
+    /// The PostgreSQL backend, for what only the distributed mode has (the
+    /// outbox relay, migrations).
+    pub fn postgres(&self) -> Option<&pg::PgStore> {
+        match self {
+            Store::Postgres(store) => Some(store),
+            Store::Sqlite(_) => None,
+        }
     }
 
-    /// The pool, for health checks and migrations.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// The SQLite backend, for what only standalone mode has (its queue).
+    pub fn sqlite(&self) -> Option<&sqlite::SqliteStore> {
+        match self {
+            Store::Sqlite(store) => Some(store),
+            Store::Postgres(_) => None,
+        }
     }
 
     /// Whether the database answers.
-    pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+    pub async fn ping(&self) -> StoreResult<()> {
+        each_backend!(self, s => s.ping().await)
+    }
+
+    // API keys.
+
+    /// Stores a new key (and its developer, if new).
+    pub async fn create_api_key(&self, key: NewApiKey<'_>) -> StoreResult<ApiKey> {
+        each_backend!(self, s => s.create_api_key(key).await)
+    }
+
+    /// The active key with this hash, if any.
+    pub async fn find_active_api_key(&self, key_hash: &[u8]) -> StoreResult<Option<ApiKey>> {
+        each_backend!(self, s => s.find_active_api_key(key_hash).await)
+    }
+
+    /// The developer's active keys, newest first.
+    pub async fn list_api_keys(&self, developer_id: Uuid) -> StoreResult<Vec<ApiKey>> {
+        each_backend!(self, s => s.list_api_keys(developer_id).await)
+    }
+
+    /// Marks the developer's active key deleted; `None` when there is no such key.
+    pub async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
+        each_backend!(self, s => s.delete_api_key(developer_id, id).await)
+    }
+
+    // Idempotency keys.
+
+    /// Claims `key` for a request with `fingerprint`, or reports what an earlier
+    /// request with the same key left. A claim left unanswered for
+    /// [`IDEMPOTENCY_CLAIM_TIMEOUT`] (its process died) is taken over; an answer
+    /// older than [`IDEMPOTENCY_KEY_LIFETIME`] is forgotten.
+    pub async fn claim_idempotency_key(&self, developer_id: Uuid, key: &str, fingerprint: &[u8]) -> StoreResult<Claim> {
+        each_backend!(self, s => s.claim_idempotency_key(developer_id, key, fingerprint).await)
+    }
+
+    /// Records the answer of a claimed key.
+    pub async fn complete_idempotency_key(
+        &self,
+        developer_id: Uuid,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()> {
+        each_backend!(self, s => s.complete_idempotency_key(developer_id, key, response).await)
+    }
+
+    /// Forgets a claimed key whose request failed on our side, so the client
+    /// can retry with the same key.
+    pub async fn release_idempotency_key(&self, developer_id: Uuid, key: &str) -> StoreResult<()> {
+        each_backend!(self, s => s.release_idempotency_key(developer_id, key).await)
+    }
+
+    /// Deletes stored responses older than [`IDEMPOTENCY_KEY_LIFETIME`]; returns how many.
+    pub async fn purge_idempotency_keys(&self) -> StoreResult<u64> {
+        each_backend!(self, s => s.purge_idempotency_keys().await)
+    }
+
+    // Endpoints.
+
+    /// How many non-deleted endpoints the developer has.
+    pub async fn count_endpoints(&self, developer_id: Uuid) -> StoreResult<i64> {
+        each_backend!(self, s => s.count_endpoints(developer_id).await)
+    }
+
+    /// Stores a new endpoint (`disabled`) and records its creation, unless the
+    /// developer already has `limit`: then `None`. The limit holds under
+    /// concurrent creates.
+    pub async fn create_endpoint(
+        &self,
+        new: NewEndpoint,
+        limit: i64,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.create_endpoint(new, limit, by).await)
+    }
+
+    /// The developer's non-deleted endpoints, newest first.
+    pub async fn list_endpoints(&self, developer_id: Uuid) -> StoreResult<Vec<EndpointRecord>> {
+        each_backend!(self, s => s.list_endpoints(developer_id).await)
+    }
+
+    /// The developer's endpoint `id`, unless it is deleted or someone else's.
+    pub async fn get_endpoint(&self, developer_id: Uuid, id: &str) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.get_endpoint(developer_id, id).await)
+    }
+
+    /// Endpoint `id` whatever its owner or status: what a dispatcher needs.
+    pub async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.load_endpoint(id).await)
+    }
+
+    /// Applies `update` and records one lifecycle change per field that changed.
+    pub async fn update_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        update: EndpointUpdate,
+        by: EndpointChange,
+    ) -> StoreResult<UpdateOutcome> {
+        each_backend!(self, s => s.update_endpoint(developer_id, id, update, by).await)
+    }
+
+    /// Deletes the endpoint: it leaves every list, answers 404 from now on, and
+    /// its upcoming deliveries are cancelled.
+    pub async fn delete_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.delete_endpoint(developer_id, id, by).await)
+    }
+
+    // Events and deliveries.
+
+    /// Stores an event and one delivery per endpoint it is meant for
+    /// (`pending` for active endpoints, due now and queued; `held` for
+    /// disabled ones), atomically. [`StoreError::IdempotencyKeyTaken`] when a
+    /// concurrent twin with the same producer `Idempotency-Key` won.
+    pub async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
+        each_backend!(self, s => s.ingest_event(event).await)
+    }
+
+    /// The event `developer_id` made earlier with this `Idempotency-Key`.
+    pub async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<IdempotentEvent>> {
+        each_backend!(self, s => s.find_idempotent_event(developer_id, idempotency_key).await)
+    }
+
+    /// The endpoint's upcoming events, oldest first: deliveries not yet
+    /// settled, and for `beginning_of_time` endpoints the developer's earlier
+    /// events of its categories that it never had.
+    pub async fn upcoming_events(&self, endpoint: &EndpointRecord, limit: i64) -> StoreResult<Vec<StoredEvent>> {
+        each_backend!(self, s => s.upcoming_events(endpoint, limit).await)
+    }
+
+    /// The developer's events, newest first, paged by event-id cursors.
+    /// `None` when a cursor names no event of the developer.
+    pub async fn list_events(&self, developer_id: Uuid, page: &EventPage<'_>) -> StoreResult<Option<Vec<StoredEvent>>> {
+        each_backend!(self, s => s.list_events(developer_id, page).await)
+    }
+
+    /// Queues `event_id` for the endpoint now, whatever its status: writes the
+    /// delivery (or re-arms the existing one with the next generation) and
+    /// queues its first attempt.
+    pub async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
+        each_backend!(self, s => s.send_event(endpoint, event_id).await)
+    }
+
+    /// Writes a batch of outcomes in one transaction: the log rows, then the
+    /// delivery states. Every attempt is logged; the state is written only
+    /// while the delivery is at the record's generation (an outcome of a
+    /// generation `send` has replaced changes nothing), and a cancelled
+    /// delivery stays cancelled.
+    pub async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        each_backend!(self, s => s.record_attempts(records).await)
+    }
+
+    /// Whether a retry of `delivery_id` at `generation` (unknown: `None`)
+    /// should still be made.
+    pub async fn retry_standing(&self, delivery_id: i64, generation: Option<i32>) -> StoreResult<RetryStanding> {
+        each_backend!(self, s => s.retry_standing(delivery_id, generation).await)
+    }
+
+    /// The endpoint's delivery log, newest first; `None` when the cursor names
+    /// no log entry of this endpoint.
+    pub async fn list_logs(
+        &self,
+        endpoint_id: &str,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> StoreResult<Option<Vec<DeliveryLog>>> {
+        each_backend!(self, s => s.list_logs(endpoint_id, limit, starting_after).await)
     }
 }

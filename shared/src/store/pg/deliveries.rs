@@ -1,0 +1,129 @@
+//! Delivery state and the delivery log on PostgreSQL, written in batches.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::PgStore;
+use crate::{
+    model::DeliveryLog,
+    store::{AttemptRecord, RetryStanding, StoreResult},
+};
+
+impl PgStore {
+    pub(in crate::store) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut records: Vec<&AttemptRecord> = records.iter().collect();
+        records.sort_by_key(|r| r.delivery_id);
+        let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
+            records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
+        let mut tx = self.pool.begin().await?;
+        if !logs.is_empty() {
+            sqlx::query(
+                "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+                 SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[], $8::text[], $9::int4[], $10::timestamptz[])
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(r, _)| r.delivery_id).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(r, _)| r.endpoint_id.as_str()).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.event_id.as_str()).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.status.and_then(|s| i16::try_from(s).ok())).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.response_body.as_deref()).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.error.as_deref()).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| i32::try_from(l.duration_ms).unwrap_or(i32::MAX)).collect::<Vec<_>>())
+            .bind(logs.iter().map(|(_, l)| l.created_at).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE deliveries d
+                SET state = u.state, next_attempt_at = u.next_attempt_at,
+                    attempts = d.attempts + u.attempted, updated_at = now()
+               FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
+                    AS u(id, state, next_attempt_at, attempted, generation)
+              WHERE d.id = u.id AND d.state <> 'cancelled'
+                AND (u.generation IS NULL OR d.generation = u.generation)",
+        )
+        .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| i32::from(r.log.is_some())).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(in crate::store) async fn retry_standing(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+    ) -> StoreResult<RetryStanding> {
+        let current: Option<bool> = sqlx::query_scalar(
+            "SELECT ($2::int4 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+               FROM deliveries WHERE id = $1",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })
+    }
+
+    pub(in crate::store) async fn list_logs(
+        &self,
+        endpoint_id: &str,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> StoreResult<Option<Vec<DeliveryLog>>> {
+        let cursor: Option<DateTime<Utc>> = match starting_after {
+            None => None,
+            Some(id) => {
+                let at =
+                    sqlx::query_scalar("SELECT created_at FROM delivery_attempts WHERE id = $1 AND endpoint_id = $2")
+                        .bind(id)
+                        .bind(endpoint_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match at {
+                    None => return Ok(None),
+                    at => at,
+                }
+            }
+        };
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(Uuid, String, i32, Option<i16>, Option<String>, Option<String>, i32, DateTime<Utc>)> =
+            sqlx::query_as(
+                "SELECT id, event_id, attempt, status, response_body, error, duration_ms, created_at
+                   FROM delivery_attempts
+                  WHERE endpoint_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+                  ORDER BY created_at DESC, id DESC LIMIT $4",
+            )
+            // Planned with the actual cursor each time (see `list_events`).
+            .persistent(false)
+            .bind(endpoint_id)
+            .bind(cursor)
+            .bind(starting_after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Some(
+            rows.into_iter()
+                .map(|(id, event_id, attempt, status, response_body, error, duration_ms, created_at)| DeliveryLog {
+                    id,
+                    event_id,
+                    attempt,
+                    status: status.map(i32::from),
+                    response_body,
+                    error,
+                    duration_ms: i64::from(duration_ms),
+                    created_at,
+                })
+                .collect(),
+        ))
+    }
+}

@@ -1,0 +1,251 @@
+//! Webhook endpoints and their lifecycle record on PostgreSQL. Every change is
+//! written with its `endpoint_changes` row and its lifecycle message (outbox)
+//! in one transaction.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::{PgStore, outbox};
+use crate::{
+    broker::{ChangeKind, EndpointChanged, Envelope, Message},
+    store::{
+        EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
+        endpoints::{apply_update, category_names, created_details, normalised},
+    },
+};
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    developer_id: Uuid,
+    url: String,
+    status: String,
+    event_epoch: String,
+    event_categories: Vec<String>,
+    public_key_pem: String,
+    private_key: Vec<u8>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<Row> for EndpointRecord {
+    type Error = StoreError;
+    fn try_from(row: Row) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {}: bad {what}", row.id));
+        Ok(EndpointRecord {
+            status: row.status.parse().map_err(|()| corrupt("status"))?,
+            event_epoch: row.event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
+            event_categories: row
+                .event_categories
+                .iter()
+                .map(|c| c.parse().map_err(|()| corrupt("category")))
+                .collect::<Result<_, _>>()?,
+            id: row.id,
+            developer_id: row.developer_id,
+            url: row.url,
+            public_key_pem: row.public_key_pem,
+            private_key: row.private_key,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+const COLUMNS: &str =
+    "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at";
+
+impl PgStore {
+    async fn record_change(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        endpoint: &EndpointRecord,
+        change: ChangeKind,
+        by: EndpointChange,
+        details: serde_json::Value,
+    ) -> StoreResult<()> {
+        let at = crate::time::now();
+        let (change_id,): (i64,) = sqlx::query_as(
+            "INSERT INTO endpoint_changes (endpoint_id, developer_id, change, api_key_id, details, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(&endpoint.id)
+        .bind(endpoint.developer_id)
+        .bind(change.as_str())
+        .bind(by.api_key_id)
+        .bind(details)
+        .bind(at)
+        .fetch_one(&mut **tx)
+        .await?;
+        let message = Envelope::new(Message::EndpointChanged(EndpointChanged {
+            change_id,
+            endpoint_id: endpoint.id.clone(),
+            developer_id: endpoint.developer_id,
+            change,
+            api_key_id: Some(by.api_key_id),
+            occurred_at: at,
+        }));
+        outbox::enqueue(tx, &self.lifecycle_exchange, "", &message.to_bytes()).await?;
+        Ok(())
+    }
+
+    pub(in crate::store) async fn count_endpoints(&self, developer_id: Uuid) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM endpoints WHERE developer_id = $1 AND status <> 'deleted'")
+            .bind(developer_id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    pub(in crate::store) async fn create_endpoint(
+        &self,
+        new: NewEndpoint,
+        limit: i64,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
+            .bind(new.developer_id)
+            .execute(&mut *tx)
+            .await?;
+        let count: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM endpoints WHERE developer_id = $1 AND status <> 'deleted'")
+                .bind(new.developer_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if count >= limit {
+            return Ok(None);
+        }
+        sqlx::query("INSERT INTO developers (id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(new.developer_id)
+            .execute(&mut *tx)
+            .await?;
+        let now = crate::time::now();
+        let row: Row = sqlx::query_as(&format!(
+            "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $8, $8)
+             RETURNING {COLUMNS}"
+        ))
+        .bind(&new.id)
+        .bind(new.developer_id)
+        .bind(&new.url)
+        .bind(new.event_epoch.as_str())
+        .bind(category_names(&normalised(new.event_categories)))
+        .bind(&new.public_key_pem)
+        .bind(&new.private_key)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let record = EndpointRecord::try_from(row)?;
+        let details = created_details(&record);
+        self.record_change(&mut tx, &record, ChangeKind::Created, by, details).await?;
+        tx.commit().await?;
+        Ok(Some(record))
+    }
+
+    pub(in crate::store) async fn list_endpoints(&self, developer_id: Uuid) -> StoreResult<Vec<EndpointRecord>> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM endpoints WHERE developer_id = $1 AND status <> 'deleted'
+             ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(developer_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    pub(in crate::store) async fn get_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'"
+        ))
+        .bind(id)
+        .bind(developer_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    pub(in crate::store) async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
+        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    pub(in crate::store) async fn update_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        update: EndpointUpdate,
+        by: EndpointChange,
+    ) -> StoreResult<UpdateOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted' FOR UPDATE"
+        ))
+        .bind(id)
+        .bind(developer_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else { return Ok(UpdateOutcome::NotFound) };
+        let mut record = EndpointRecord::try_from(row)?;
+
+        let changes = match apply_update(&mut record, update) {
+            Ok(changes) => changes,
+            Err(refused) => return Ok(refused.into()),
+        };
+        if changes.is_empty() {
+            return Ok(UpdateOutcome::Updated(record));
+        }
+        sqlx::query("UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5 WHERE id = $1")
+            .bind(&record.id)
+            .bind(&record.url)
+            .bind(record.status.as_str())
+            .bind(category_names(&record.event_categories))
+            .bind(record.updated_at)
+            .execute(&mut *tx)
+            .await?;
+        for (kind, details) in changes {
+            self.record_change(&mut tx, &record, kind, by, details).await?;
+        }
+        tx.commit().await?;
+        Ok(UpdateOutcome::Updated(record))
+    }
+
+    pub(in crate::store) async fn delete_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let mut tx = self.pool.begin().await?;
+        let now = crate::time::now();
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3
+             WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'
+             RETURNING {COLUMNS}"
+        ))
+        .bind(id)
+        .bind(developer_id)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let record = EndpointRecord::try_from(row)?;
+        sqlx::query(
+            "UPDATE deliveries SET state = 'cancelled', updated_at = $2
+             WHERE endpoint_id = $1 AND state IN ('held', 'pending', 'retrying')",
+        )
+        .bind(&record.id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        self.record_change(&mut tx, &record, ChangeKind::Deleted, by, serde_json::json!({})).await?;
+        tx.commit().await?;
+        Ok(Some(record))
+    }
+}

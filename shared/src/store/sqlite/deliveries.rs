@@ -1,0 +1,143 @@
+//! Delivery state and the delivery log on SQLite, written in batches. The
+//! state written is also the queue's: a record releases the delivery's claim,
+//! and a retry's next attempt time is when it is due again.
+
+use uuid::{Uuid, fmt::Hyphenated};
+
+use super::{SqliteStore, micros, time};
+use crate::{
+    model::DeliveryLog,
+    store::{AttemptRecord, DeliveryState, RetryStanding, StoreResult},
+};
+
+/// id, event_id, attempt, status, response_body, error, duration_ms, created_at
+type LogRow = (Hyphenated, String, i32, Option<i32>, Option<String>, Option<String>, i64, i64);
+
+/// Whether a delivery in `state` has no next attempt of its own.
+fn settled(state: DeliveryState) -> bool {
+    matches!(state, DeliveryState::Succeeded | DeliveryState::Failed | DeliveryState::Cancelled)
+}
+
+impl SqliteStore {
+    pub(in crate::store) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let now = micros(crate::time::now());
+        let mut tx = self.begin().await?;
+        for (record, log) in records.iter().filter_map(|r| r.log.as_ref().map(|l| (r, l))) {
+            sqlx::query(
+                "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(log.id.hyphenated())
+            .bind(record.delivery_id)
+            .bind(&record.endpoint_id)
+            .bind(&log.event_id)
+            .bind(log.attempt)
+            .bind(log.status)
+            .bind(log.response_body.as_deref())
+            .bind(log.error.as_deref())
+            .bind(log.duration_ms)
+            .bind(micros(log.created_at))
+            .execute(&mut *tx)
+            .await?;
+        }
+        for record in records {
+            let next_attempt_at = record.next_attempt_at.filter(|_| !settled(record.state)).map(micros);
+            // $4: the attempt just logged, if one was; it counts, and the next
+            // message carries the number after it and is no longer forced.
+            sqlx::query(
+                "UPDATE deliveries
+                    SET state = $2, next_attempt_at = $3,
+                        attempts = attempts + ($4 IS NOT NULL),
+                        next_attempt = coalesce($4 + 1, next_attempt),
+                        force = CASE WHEN $4 IS NULL THEN force ELSE 0 END,
+                        claimed = 0, updated_at = $6
+                  WHERE id = $1 AND state <> 'cancelled' AND ($5 IS NULL OR generation = $5)",
+            )
+            .bind(record.delivery_id)
+            .bind(record.state.as_str())
+            .bind(next_attempt_at)
+            .bind(record.log.as_ref().map(|l| l.attempt))
+            .bind(record.generation)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(in crate::store) async fn retry_standing(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+    ) -> StoreResult<RetryStanding> {
+        let current: Option<bool> = sqlx::query_scalar(
+            "SELECT ($2 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+               FROM deliveries WHERE id = $1",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .fetch_optional(&self.reader)
+        .await?;
+        Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })
+    }
+
+    pub(in crate::store) async fn list_logs(
+        &self,
+        endpoint_id: &str,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> StoreResult<Option<Vec<DeliveryLog>>> {
+        let cursor: Option<i64> = match starting_after {
+            None => None,
+            Some(id) => {
+                let at =
+                    sqlx::query_scalar("SELECT created_at FROM delivery_attempts WHERE id = $1 AND endpoint_id = $2")
+                        .bind(id.hyphenated())
+                        .bind(endpoint_id)
+                        .fetch_optional(&self.reader)
+                        .await?;
+                match at {
+                    None => return Ok(None),
+                    at => at,
+                }
+            }
+        };
+        // One statement per shape, so the cursor is an index condition (see
+        // `list_events`).
+        let sql = format!(
+            "SELECT id, event_id, attempt, status, response_body, error, duration_ms, created_at
+               FROM delivery_attempts
+              WHERE endpoint_id = $1{}
+              ORDER BY created_at DESC, id DESC LIMIT $4",
+            if cursor.is_some() { " AND (created_at, id) < ($2, $3)" } else { "" }
+        );
+        let rows: Vec<LogRow> = sqlx::query_as(&sql)
+            .bind(endpoint_id)
+            .bind(cursor)
+            .bind(starting_after.map(|id| id.hyphenated()))
+            .bind(limit)
+            .fetch_all(&self.reader)
+            .await?;
+        let logs = rows
+            .into_iter()
+            .map(|(id, event_id, attempt, status, response_body, error, duration_ms, created_at)| {
+                Ok(DeliveryLog {
+                    id: id.into_uuid(),
+                    event_id,
+                    attempt,
+                    status,
+                    response_body,
+                    error,
+                    duration_ms,
+                    created_at: time(created_at)?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(logs))
+    }
+}

@@ -1,0 +1,234 @@
+//! Events and their deliveries on SQLite. A queued delivery is due in the
+//! deliveries table itself: `pending` with its next attempt time set, which the
+//! queue ([`SqliteStore::claim_due`]) picks up; [`SqliteStore::work`] wakes it.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{SqliteStore, json_list, micros, time};
+use crate::{
+    model::EventEpoch,
+    store::{
+        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoreError, StoreResult,
+        StoredEvent, endpoints::category_names,
+    },
+};
+
+/// id, body, created_at
+type EventRow = (String, String, i64);
+
+fn stored((id, body, created_at): EventRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent { id, body, created_at: time(created_at)? })
+}
+
+impl SqliteStore {
+    pub(in crate::store) async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
+        let developer_id = event.developer_id.hyphenated();
+        let created_at = micros(event.created_at);
+        let now = micros(crate::time::now());
+        // The write lock is held from here to the commit: the key checked free
+        // stays free, and the counter hands out each sequence once.
+        let mut tx = self.begin().await?;
+        if let Some(key) = &event.idempotency_key {
+            let taken: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE developer_id = $1 AND idempotency_key = $2)",
+            )
+            .bind(developer_id)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+            if taken {
+                return Err(StoreError::IdempotencyKeyTaken);
+            }
+        }
+        let sequence: i64 = sqlx::query_scalar(
+            "INSERT INTO developers (id, next_event_sequence, created_at) VALUES ($1, 2, $2)
+             ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
+             RETURNING next_event_sequence - 1",
+        )
+        .bind(developer_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let body = format!("{}{sequence}{}", event.body_head, event.body_tail);
+        sqlx::query(
+            "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&event.id)
+        .bind(developer_id)
+        .bind(sequence)
+        .bind(event.category.as_str())
+        .bind(&body)
+        .bind(created_at)
+        .bind(event.idempotency_key.as_deref())
+        .bind(event.request_hash.as_deref())
+        .execute(&mut *tx)
+        .await?;
+        let states: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at)
+             SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
+                    CASE status WHEN 'active' THEN $3 END, $5, $5
+               FROM endpoints
+              WHERE developer_id = $2 AND status <> 'deleted'
+                AND (json_array_length(event_categories) = 0
+                     OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
+             RETURNING state",
+        )
+        .bind(&event.id)
+        .bind(developer_id)
+        .bind(created_at)
+        .bind(event.category.as_str())
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let pending = states.iter().filter(|s| *s == "pending").count();
+        if pending > 0 {
+            self.work.notify_one();
+        }
+        Ok(IngestOutcome { sequence, pending, held: states.len() - pending, body })
+    }
+
+    pub(in crate::store) async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<IdempotentEvent>> {
+        let found: Option<(Option<Vec<u8>>, String)> =
+            sqlx::query_as("SELECT request_hash, body FROM events WHERE developer_id = $1 AND idempotency_key = $2")
+                .bind(developer_id.hyphenated())
+                .bind(idempotency_key)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(found.map(|(request_hash, body)| IdempotentEvent { request_hash: request_hash.unwrap_or_default(), body }))
+    }
+
+    pub(in crate::store) async fn upcoming_events(
+        &self,
+        endpoint: &EndpointRecord,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows: Vec<EventRow> = sqlx::query_as(
+            "SELECT id, body, created_at FROM (
+                 SELECT * FROM (
+                     SELECT e.id, e.body, e.created_at FROM deliveries d JOIN events e ON e.id = d.event_id
+                      WHERE d.endpoint_id = $1 AND d.state IN ('held', 'pending', 'retrying')
+                      ORDER BY d.event_created_at, d.id LIMIT $6)
+                 UNION ALL
+                 SELECT * FROM (
+                     SELECT e.id, e.body, e.created_at FROM events e
+                      WHERE $3 AND e.developer_id = $2 AND e.created_at < $5
+                        AND (json_array_length($4) = 0 OR e.category IN (SELECT value FROM json_each($4)))
+                        AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $1 AND d.event_id = e.id)
+                      ORDER BY e.created_at, e.id LIMIT $6))
+             ORDER BY created_at, id LIMIT $6",
+        )
+        .bind(&endpoint.id)
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(micros(endpoint.created_at))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(stored).collect()
+    }
+
+    pub(in crate::store) async fn list_events(
+        &self,
+        developer_id: Uuid,
+        page: &EventPage<'_>,
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some(after) = self.event_cursor(developer_id, page.starting_after).await? else { return Ok(None) };
+        let Some(before) = self.event_cursor(developer_id, page.ending_before).await? else { return Ok(None) };
+        let category = page.category.map(|c| c.as_str());
+        // With only `ending_before`, walk upwards from the cursor, then flip.
+        let upwards = before.is_some() && after.is_none();
+        // Only the conditions in use, so each is an index condition: SQLite
+        // plans a statement once, whatever its parameters will be.
+        let mut sql = String::from("SELECT id, body, created_at FROM events WHERE developer_id = $1");
+        if category.is_some() {
+            sql.push_str(" AND category = $2");
+        }
+        if after.is_some() {
+            sql.push_str(" AND (created_at, id) < ($3, $4)");
+        }
+        if before.is_some() {
+            sql.push_str(" AND (created_at, id) > ($5, $6)");
+        }
+        let order = if upwards { "ASC" } else { "DESC" };
+        sql.push_str(&format!(" ORDER BY created_at {order}, id {order} LIMIT $7"));
+        let rows: Vec<EventRow> = sqlx::query_as(&sql)
+            .bind(developer_id.hyphenated())
+            .bind(category)
+            .bind(after.as_ref().map(|a| a.0))
+            .bind(after.as_ref().map(|a| a.1.clone()))
+            .bind(before.as_ref().map(|b| b.0))
+            .bind(before.as_ref().map(|b| b.1.clone()))
+            .bind(page.limit)
+            .fetch_all(&self.reader)
+            .await?;
+        let mut rows = rows.into_iter().map(stored).collect::<StoreResult<Vec<_>>>()?;
+        if upwards {
+            rows.reverse();
+        }
+        Ok(Some(rows))
+    }
+
+    /// Where a paging cursor stands (stored time, id): `Some(None)` without a
+    /// cursor, `None` when it names no event of the developer.
+    async fn event_cursor(&self, developer_id: Uuid, id: Option<&str>) -> StoreResult<Option<Option<(i64, String)>>> {
+        let Some(id) = id else { return Ok(Some(None)) };
+        let at = sqlx::query_as("SELECT created_at, id FROM events WHERE id = $1 AND developer_id = $2")
+            .bind(id)
+            .bind(developer_id.hyphenated())
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(at.map(Some))
+    }
+
+    pub(in crate::store) async fn send_event(
+        &self,
+        endpoint: &EndpointRecord,
+        event_id: &str,
+    ) -> StoreResult<SendOutcome> {
+        let mut tx = self.begin().await?;
+        let event: Option<(String, i64)> =
+            sqlx::query_as("SELECT category, created_at FROM events WHERE id = $1 AND developer_id = $2")
+                .bind(event_id)
+                .bind(endpoint.developer_id.hyphenated())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((category, created_at)) = event else { return Ok(SendOutcome::NoSuchEvent) };
+        let has_delivery: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND event_id = $2)")
+                .bind(&endpoint.id)
+                .bind(event_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        let created: DateTime<Utc> = time(created_at)?;
+        if !(has_delivery || endpoint.wants(category.parse().ok(), created)) {
+            return Ok(SendOutcome::NotForEndpoint);
+        }
+        // A claimed delivery is released: the message in flight belongs to the
+        // generation this replaces, and its outcome will change nothing.
+        sqlx::query(
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                     next_attempt, force, claimed, created_at, updated_at)
+             VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4)
+             ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                SET state = 'pending', next_attempt_at = $4, updated_at = $4,
+                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0",
+        )
+        .bind(event_id)
+        .bind(&endpoint.id)
+        .bind(created_at)
+        .bind(micros(crate::time::now()))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.work.notify_one();
+        Ok(SendOutcome::Queued)
+    }
+}

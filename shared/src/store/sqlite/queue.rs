@@ -1,0 +1,122 @@
+//! The delivery queue of standalone mode, in the deliveries table itself. A
+//! delivery is due when it is `pending` or `retrying`, unclaimed, and its next
+//! attempt time has come. Claiming hands out the message its row describes;
+//! the record of the attempt ([`SqliteStore::record_attempts`]) or a deferral
+//! releases it. A retry is its recorded next attempt time, so retries survive
+//! any restart; claims do not need to: one process holds the data directory,
+//! and it releases every claim when it starts.
+
+use chrono::{DateTime, Utc};
+use uuid::fmt::Hyphenated;
+
+use super::{SqliteStore, micros, time};
+use crate::{
+    broker::DeliveryMessage,
+    store::{StoreError, StoreResult},
+};
+
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    id: i64,
+    event_id: String,
+    endpoint_id: String,
+    developer_id: Hyphenated,
+    next_attempt: i64,
+    force: bool,
+    generation: i32,
+    body: String,
+    event_created_at: i64,
+}
+
+impl TryFrom<DueRow> for DeliveryMessage {
+    type Error = StoreError;
+    fn try_from(row: DueRow) -> Result<DeliveryMessage, StoreError> {
+        Ok(DeliveryMessage {
+            attempt: u32::try_from(row.next_attempt)
+                .map_err(|_| StoreError::Corrupt(format!("delivery {}: bad next_attempt", row.id)))?,
+            event_created_at: time(row.event_created_at)?,
+            delivery_id: row.id,
+            event_id: row.event_id,
+            endpoint_id: row.endpoint_id,
+            developer_id: row.developer_id.into_uuid(),
+            force: row.force,
+            generation: Some(row.generation),
+            body: row.body,
+        })
+    }
+}
+
+impl SqliteStore {
+    /// Claims up to `limit` due deliveries, the longest due first, and returns
+    /// the message of each. A claimed delivery is not handed out again until
+    /// its record, [`SqliteStore::defer`] or [`SqliteStore::release_claims`]
+    /// releases it.
+    pub async fn claim_due(&self, limit: usize) -> StoreResult<Vec<DeliveryMessage>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin().await?;
+        // The WHERE of the `deliveries_due` index, so the scan walks it.
+        let rows: Vec<DueRow> = sqlx::query_as(
+            "SELECT d.id, d.event_id, d.endpoint_id, e.developer_id, d.next_attempt, d.force, d.generation,
+                    e.body, e.created_at AS event_created_at
+               FROM deliveries d JOIN events e ON e.id = d.event_id
+              WHERE d.state IN ('pending', 'retrying') AND d.claimed = 0 AND d.next_attempt_at <= $1
+              ORDER BY d.next_attempt_at, d.id LIMIT $2",
+        )
+        .bind(micros(crate::time::now()))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::Value::from(rows.iter().map(|r| r.id).collect::<Vec<_>>()).to_string();
+        let messages = rows.into_iter().map(DeliveryMessage::try_from).collect::<StoreResult<Vec<_>>>()?;
+        sqlx::query("UPDATE deliveries SET claimed = 1 WHERE id IN (SELECT value FROM json_each($1))")
+            .bind(ids)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(messages)
+    }
+
+    /// When the next unclaimed delivery falls due (possibly already past), so
+    /// the queue can sleep until then; `None` when nothing is waiting.
+    pub async fn next_due_at(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        let next: Option<i64> = sqlx::query_scalar(
+            "SELECT next_attempt_at FROM deliveries
+              WHERE state IN ('pending', 'retrying') AND claimed = 0 AND next_attempt_at IS NOT NULL
+              ORDER BY next_attempt_at LIMIT 1",
+        )
+        .fetch_optional(&self.reader)
+        .await?;
+        next.map(time).transpose()
+    }
+
+    /// Puts a claimed delivery back, due at `until`, without counting an
+    /// attempt: its endpoint had no free slot, or the store failed. Nothing
+    /// changes unless the delivery is still at `generation` (any, when `None`)
+    /// and still waiting for an attempt.
+    pub async fn defer(&self, delivery_id: i64, generation: Option<i32>, until: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4
+              WHERE id = $1 AND ($2 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .bind(micros(until))
+        .bind(micros(crate::time::now()))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    /// Releases every claim; returns how many there were. Called when the
+    /// process starts: it holds the data directory alone, so any claim is one
+    /// a stopped process left, whose deliveries are due again.
+    pub async fn release_claims(&self) -> StoreResult<u64> {
+        let released = sqlx::query("UPDATE deliveries SET claimed = 0 WHERE claimed = 1").execute(&self.writer).await?;
+        Ok(released.rows_affected())
+    }
+}
