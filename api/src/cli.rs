@@ -1,13 +1,19 @@
-//! `webhooks-api`: parses the command line, loads config, sets up tracing and
-//! hands over to the library.
+//! The `webhooks-api` command line: parses it, loads config, sets up tracing
+//! and hands over to the library.
 
-use std::io::Write;
+use std::{io::Write, path::Path};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use shared::{config::CommonConfig, model::ApiKeyType};
+use shared::{
+    config::CommonConfig,
+    model::ApiKeyType,
+    store::{Store, sqlite::SqliteStore},
+};
 use tokio::net::TcpListener;
 use uuid::Uuid;
+
+use crate::config::StandaloneConfig;
 
 #[derive(Debug, Parser)]
 #[command(name = "webhooks-api", version, about = "The control plane of the webhook delivery service")]
@@ -19,7 +25,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the public API and the internal listener (applies migrations first).
-    Serve(Box<api::Config>),
+    Serve(Box<crate::Config>),
+    /// Run the whole system in one process, with everything kept under
+    /// DATA_DIR: no PostgreSQL, no RabbitMQ. Prints a key on the first start.
+    Standalone(Box<StandaloneConfig>),
     /// Apply the database schema and exit.
     Migrate(Common),
     /// Manage API keys.
@@ -65,22 +74,23 @@ fn print(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The `webhooks-api` program.
+pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
             shared::telemetry::init(config.common.log_format);
             let shutdown = shared::shutdown::on_signal();
-            let listeners = api::Listeners {
-                public: TcpListener::bind(config.api_listen_addr).await.context("bind API_LISTEN_ADDR")?,
-                internal: TcpListener::bind(config.internal_listen_addr).await.context("bind INTERNAL_LISTEN_ADDR")?,
-            };
-            api::run(*config, listeners, shutdown).await
+            let listeners = bind(&config).await?;
+            crate::run(*config, listeners, shutdown).await
+        }
+        Command::Standalone(config) => {
+            shared::telemetry::init(config.api.common.log_format);
+            standalone(*config).await
         }
         Command::Migrate(Common { common }) => {
             shared::telemetry::init(common.log_format);
-            api::connect_database(&common).await?;
+            shared::db::open_for_command(&common).await?;
             tracing::info!("migrations applied");
             Ok(())
         }
@@ -88,10 +98,10 @@ async fn main() -> anyhow::Result<()> {
             shared::telemetry::init(args.common.log_format);
             let name = args.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
             anyhow::ensure!(name.is_none_or(|n| n.chars().count() <= 100), "--name must be at most 100 characters");
-            let scopes = api::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
-            let store = api::connect_database(&args.common).await?;
+            let scopes = crate::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
+            let store = shared::db::open_for_command(&args.common).await?;
             let developer_id = args.developer_id.unwrap_or_else(Uuid::new_v4);
-            let issued = api::keys::issue(
+            let issued = crate::keys::issue(
                 &store,
                 args.common.platform_environment,
                 developer_id,
@@ -103,6 +113,110 @@ async fn main() -> anyhow::Result<()> {
             let out = serde_json::json!({ "key": issued.key, "api_key": issued.api_key });
             print(&format!("{out}\n"))
         }
-        Command::Openapi => print(&api::openapi::document()),
+        Command::Openapi => print(&crate::openapi::document()),
     }
+}
+
+async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {
+    Ok(crate::Listeners {
+        public: TcpListener::bind(config.api_listen_addr)
+            .await
+            .with_context(|| format!("bind API_LISTEN_ADDR {}", config.api_listen_addr))?,
+        internal: TcpListener::bind(config.internal_listen_addr)
+            .await
+            .with_context(|| format!("bind INTERNAL_LISTEN_ADDR {}", config.internal_listen_addr))?,
+    })
+}
+
+/// `webhooks-api standalone`: takes the data directory for this process
+/// alone, opens its store, prints a first key when the directory is new, and
+/// runs until SIGTERM or SIGINT.
+async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let data_dir = config.api.common.data_dir();
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("create DATA_DIR {}", data_dir.display()))?;
+    let _lock = lock_data_dir(&data_dir)?;
+    let first_start = !SqliteStore::exists(&data_dir);
+    let store = Store::Sqlite(SqliteStore::open(&data_dir).await?);
+    let listeners = bind(&config.api).await?;
+    tracing::info!(data_dir = %data_dir.display(), "standalone mode");
+    if first_start {
+        let issued = crate::keys::issue(
+            &store,
+            config.api.common.platform_environment,
+            Uuid::new_v4(),
+            ApiKeyType::Public,
+            &[shared::model::Scope::Unrestricted],
+            Some("first key"),
+        )
+        .await?;
+        let out = serde_json::json!({ "key": issued.key, "api_key": issued.api_key });
+        print(&format!("{out}\n"))?;
+        next_steps(&config, &listeners, &issued.key, issued.api_key.owner_id)?;
+    }
+    let shutdown = shared::shutdown::on_signal();
+    crate::run_standalone(config, store, listeners, shutdown).await
+}
+
+/// Holds `DATA_DIR` for this process alone while it lives: two processes on
+/// one directory would hand out the same deliveries.
+fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = data_dir.join("lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            anyhow::bail!("another webhooks-api standalone is running on DATA_DIR {}", data_dir.display())
+        }
+        Err(std::fs::TryLockError::Error(error)) => Err(error).with_context(|| format!("lock {}", path.display())),
+    }
+}
+
+/// What to do next, on stderr (stdout carries only the key): the curl lines
+/// that register an endpoint, switch it on, send it an event and read the log.
+fn next_steps(
+    config: &StandaloneConfig,
+    listeners: &crate::Listeners,
+    key: &str,
+    developer_id: Uuid,
+) -> anyhow::Result<()> {
+    let api = format!("http://{}/v0", listeners.public.local_addr()?);
+    let internal = format!("http://{}", listeners.internal.local_addr()?);
+    let token = match &config.api.internal_token {
+        Some(_) => " -H \"Authorization: Bearer $INTERNAL_TOKEN\"",
+        None => "",
+    };
+    let steps = format!(
+        r#"
+webhooks-api standalone is running: API {api}, internal listener {internal}.
+The line above on stdout is your API key (shown once). Next steps:
+
+  export KEY={key}
+
+  # 1. Register an HTTPS endpoint (it must answer a TLS handshake; for a local
+  #    receiver see TLS_EXTRA_ROOTS and TARGET_ALLOW_PRIVATE in the README):
+  curl -s {api}/webhooks -H "Api-Key: $KEY" -H "Idempotency-Key: $(date +%s%N)" \
+       -H "Content-Type: application/json" -d '{{"url": "https://receiver.example.com/webhooks"}}'
+
+  # 2. Switch it on (use the "id" it answered):
+  curl -s -X PUT {api}/webhooks/wep_... -H "Api-Key: $KEY" \
+       -H "Content-Type: application/json" -d '{{"status": "active"}}'
+
+  # 3. Publish an event, as the platform's services do:
+  curl -s {internal}/internal/events{token} -H "Content-Type: application/json" \
+       -d '{{"developer_id": "{developer_id}", "event_category": "transfer", "event_type": "transfer.updated", "event_object_id": "tr_1", "event_object": {{"id": "tr_1", "state": "payment_processed"}}}}'
+
+  # 4. Read the delivery log:
+  curl -s {api}/webhooks/wep_.../logs -H "Api-Key: $KEY"
+
+"#
+    );
+    let mut err = std::io::stderr().lock();
+    err.write_all(steps.as_bytes())?;
+    Ok(())
 }

@@ -71,3 +71,32 @@ impl Config {
         Ok(())
     }
 }
+
+/// Everything `standalone` needs: the API's settings and how deliveries are
+/// made; `DATA_DIR` (in the shared settings) says where everything is kept.
+#[derive(Debug, Clone, Args)]
+pub struct StandaloneConfig {
+    #[command(flatten)]
+    pub api: Config,
+
+    #[command(flatten)]
+    pub delivery: dispatcher::DeliveryConfig,
+}
+
+impl StandaloneConfig {
+    /// Parses settings as `webhooks-api standalone` does (tests configure an
+    /// instance with it).
+    pub fn from_args<I, T>(args: I) -> Result<StandaloneConfig, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        shared::config::parse_args("webhooks-api", args)
+    }
+
+    /// Checks what clap's types cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        self.api.validate()?;
+        self.delivery.validate()
+    }
+}

@@ -193,6 +193,12 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited(wait) = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
+        if let ApiError::TooLarge = &self {
+            // The rest of the body stays unread, so the server closes the
+            // connection: say so, or a client may send its next request on
+            // it and lose that request.
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }
@@ -205,8 +211,8 @@ impl ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
+impl From<shared::store::StoreError> for ApiError {
+    fn from(error: shared::store::StoreError) -> Self {
         ApiError::Unexpected(error.into())
     }
 }

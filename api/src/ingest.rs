@@ -16,7 +16,7 @@ use serde::Deserialize;
 use shared::{
     ids,
     model::{Category, Event},
-    store::{EVENT_IDEMPOTENCY_INDEX, NewEvent, StoredResponse},
+    store::{NewEvent, StoreError, StoredResponse},
 };
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -127,17 +127,11 @@ async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         return Ok(answer);
     }
 
-    let new = NewEvent {
-        id: ids::new_event_id(),
-        developer_id: body.developer_id,
-        category: body.event_category,
-        created_at: shared::time::now(),
-        idempotency_key,
-        request_hash,
-    };
+    let id = ids::new_event_id();
+    let created_at = shared::time::now();
     let event = Event {
         api_version: "v0".into(),
-        event_id: new.id.clone(),
+        event_id: id.clone(),
         event_developer_id: body.developer_id,
         event_category: body.event_category,
         event_type: body.event_type,
@@ -146,24 +140,36 @@ async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         event_object_status: body.event_object_status,
         event_object: body.event_object,
         event_object_changes: body.event_object_changes.filter(|c| !c.is_null()),
-        event_created_at: new.created_at,
+        event_created_at: created_at,
     };
-    let (head, tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
-    let (outcome, body) = match state.store.ingest_event(&new, &state.topology.deliveries(), &head, &tail).await {
-        Ok(stored) => stored,
+    let (body_head, body_tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let new = NewEvent {
+        id,
+        developer_id: event.event_developer_id,
+        category: event.event_category,
+        created_at,
+        idempotency_key,
+        request_hash,
+        body_head,
+        body_tail,
+    };
+    let outcome = match state.store.ingest_event(&new).await {
+        Ok(outcome) => outcome,
         // A concurrent request with the same key committed first: answer its event.
-        Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {
+        Err(StoreError::IdempotencyKeyTaken) => {
             let (Some(key), Some(hash)) = (&new.idempotency_key, &new.request_hash) else {
-                return Err(error.into());
+                return Err(ApiError::Unexpected(anyhow::anyhow!("idempotency conflict without a key")));
             };
-            return replay(&state, new.developer_id, key, hash).await?.ok_or_else(|| error.into());
+            return replay(&state, new.developer_id, key, hash)
+                .await?
+                .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("the event of a concurrent twin is gone")));
         }
         Err(error) => return Err(error.into()),
     };
     state.relay_wake.notify_one();
     state.metrics.events_accepted.inc();
     tracing::debug!(event_id = %new.id, developer_id = %new.developer_id, pending = outcome.pending, held = outcome.held, "event accepted");
-    Ok((StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+    Ok((StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], outcome.body).into_response())
 }
 
 #[cfg(test)]

@@ -57,16 +57,20 @@ async fn healthz() -> &'static str {
 /// broker channel.
 async fn readyz(State(state): State<AppState>) -> Response {
     let database = state.store.ping().await.is_ok();
-    let broker = *state.broker_up.borrow();
+    // Standalone mode has no broker: its queue is the store.
+    let broker = state.broker_up.as_ref().is_none_or(|up| *up.borrow());
     let body = serde_json::json!({
         "database": if database { "ok" } else { "down" },
-        "broker": if broker { "ok" } else { "down" },
+        "broker": match &state.broker_up { None => "embedded", Some(_) if broker => "ok", Some(_) => "down" },
     });
     let status = if database && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        state.metrics.render(state.delivery_metrics.as_deref()),
+    )
         .into_response()
 }

@@ -4,7 +4,7 @@ use rand::{Rng, distr::Alphanumeric};
 use shared::{
     config::Environment,
     model::{ApiKey, ApiKeyType, Scope},
-    store::{NewApiKey, Store, hash_key},
+    store::{NewApiKey, Store, StoreError, hash_key},
 };
 use uuid::Uuid;
 
@@ -27,7 +27,7 @@ pub async fn issue(
     kind: ApiKeyType,
     scopes: &[Scope],
     name: Option<&str>,
-) -> Result<IssuedKey, sqlx::Error> {
+) -> Result<IssuedKey, StoreError> {
     let secret: String = rand::rng().sample_iter(&Alphanumeric).take(SECRET_LEN).map(char::from).collect();
     let prefix = environment.key_prefix();
     let key = format!("{prefix}-{secret}");

@@ -8,6 +8,7 @@
 //! - [`run`]: starts all of it on given listeners until a shutdown token fires.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod extract;
@@ -57,41 +58,104 @@ pub fn app(state: AppState) -> Router {
     )
 }
 
-/// Serves until `shutdown` fires, then drains requests in flight, lets the
-/// relay publish what is committed, and returns.
+/// What runs beside the listeners: the outbox relay (distributed), or in
+/// standalone mode in-process delivery with these settings (`None`: the
+/// caller runs delivery itself).
+enum Mode {
+    Distributed,
+    Standalone(Option<Box<dispatcher::DeliveryConfig>>),
+}
+
+/// The distributed control plane: serves until `shutdown` fires, then drains
+/// requests in flight, lets the relay publish what is committed, and returns.
 pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    let store = connect_database(&config.common).await?;
+    serve(config, Mode::Distributed, store, listeners, shutdown).await
+}
+
+/// Standalone mode: the API, the internal listener and delivery in one
+/// process over `store` (the SQLite store of `DATA_DIR`), no broker. On
+/// `shutdown` the listeners drain and delivery finishes or keeps what it holds.
+pub async fn run_standalone(
+    config: config::StandaloneConfig,
+    store: Store,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    serve(config.api, Mode::Standalone(Some(Box::new(config.delivery))), store, listeners, shutdown).await
+}
+
+/// The listeners of standalone mode over `store`, without delivery: the
+/// caller runs `dispatcher::run_embedded` on the same store beside it (as
+/// the black-box tests do, to stop and start delivery on their own).
+pub async fn run_standalone_without_delivery(
+    config: Config,
+    store: Store,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    serve(config, Mode::Standalone(None), store, listeners, shutdown).await
+}
+
+async fn serve(
+    config: Config,
+    mode: Mode,
+    store: Store,
+    listeners: Listeners,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let common = &config.common;
-    let store = connect_database(common).await?;
     let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
     let cipher = common.key_cipher().context("KEY_ENCRYPTION_KEY")?;
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let tls = Arc::new(tls::client_config(roots)?);
-    let (broker_tx, broker_rx) = watch::channel(false);
     let metrics = Arc::new(metrics::Metrics::new());
+    let background = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let relay_wake: Arc<tokio::sync::Notify> = Arc::default();
+    let (broker_up, delivery_metrics) = match &mode {
+        Mode::Distributed => {
+            let (broker_tx, broker_rx) = watch::channel(false);
+            let relay = relay::Relay {
+                store: store.postgres().cloned().context("the distributed mode runs on PostgreSQL")?,
+                amqp_url: common.amqp_url.clone(),
+                topology: topology.clone(),
+                wake: relay_wake.clone(),
+                broker_up: broker_tx,
+                metrics: metrics.clone(),
+            };
+            tasks.spawn(relay.run(background.clone()));
+            (Some(broker_rx), None)
+        }
+        Mode::Standalone(None) => (None, None),
+        Mode::Standalone(Some(delivery)) => {
+            let sqlite = store.sqlite().cloned().context("standalone mode runs on its own store")?;
+            let delivery_metrics = Arc::new(dispatcher::metrics::Metrics::new());
+            let (common, delivery) = (common.clone(), delivery.as_ref().clone());
+            let (stop, running) = (background.clone(), delivery_metrics.clone());
+            tasks.spawn(async move {
+                if let Err(error) = dispatcher::run_embedded(&common, &delivery, sqlite, running, stop).await {
+                    tracing::error!(error = format!("{error:#}"), "delivery stopped");
+                }
+            });
+            (None, Some(delivery_metrics))
+        }
+    };
     let state = AppState {
         config: Arc::new(config.clone()),
         store: store.clone(),
-        topology: topology.clone(),
+        topology,
         cipher: Arc::new(cipher),
         tls,
-        metrics: metrics.clone(),
-        relay_wake: Arc::default(),
-        broker_up: broker_rx,
+        metrics,
+        relay_wake,
+        broker_up,
+        delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
     };
-
-    let background = CancellationToken::new();
-    let tasks = TaskTracker::new();
-    let relay = relay::Relay {
-        store: store.clone(),
-        amqp_url: common.amqp_url.clone(),
-        topology,
-        wake: state.relay_wake.clone(),
-        broker_up: broker_tx,
-        metrics,
-    };
-    tasks.spawn(relay.run(background.clone()));
     tasks.spawn(purge_idempotency_keys(store, background.clone()));
 
     tracing::info!(public = %listeners.public.local_addr()?, internal = %listeners.internal.local_addr()?, "webhooks-api listening");
@@ -103,8 +167,12 @@ pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationTok
 
     background.cancel();
     tasks.close();
-    if tokio::time::timeout(Duration::from_secs(10), tasks.wait()).await.is_err() {
-        tracing::warn!("background tasks did not stop within 10s");
+    let deadline = match &mode {
+        Mode::Standalone(Some(delivery)) => delivery.shutdown_timeout + Duration::from_secs(10),
+        Mode::Distributed | Mode::Standalone(None) => Duration::from_secs(10),
+    };
+    if tokio::time::timeout(deadline, tasks.wait()).await.is_err() {
+        tracing::warn!(?deadline, "background tasks did not stop in time");
     }
     served.context("serve")?;
     tracing::info!("webhooks-api stopped");

@@ -65,10 +65,15 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    pub fn render(&self, delivery: Option<&dispatcher::metrics::Metrics>) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        if let Some(delivery) = delivery {
+            let _ = encode_registry(&mut out, delivery.registry());
+        }
+        let _ = encode_eof(&mut out);
         out
     }
 }

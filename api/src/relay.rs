@@ -15,7 +15,7 @@ use lapin::{
 };
 use shared::{
     broker::{self, Topology},
-    store::Store,
+    store::pg::PgStore,
 };
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -32,7 +32,7 @@ const SCAN_EVERY: Duration = Duration::from_secs(1);
 /// What the relay needs.
 #[derive(Debug)]
 pub struct Relay {
-    pub store: Store,
+    pub store: PgStore,
     pub amqp_url: String,
     pub topology: Topology,
     pub wake: Arc<Notify>,
@@ -98,10 +98,15 @@ impl Relay {
     /// Publishes one batch; returns how many rows it published (rows the
     /// broker refused stay, and are tried again at the next wake or scan).
     async fn publish_batch(&self, channel: &lapin::Channel) -> anyhow::Result<usize> {
-        let (mut tx, rows) = self.store.lock_outbox(BATCH).await.context("read outbox")?;
+        let (mut tx, rows, orphans) = self.store.lock_outbox(BATCH).await.context("read outbox")?;
         self.metrics.outbox_backlog.set(i64::try_from(rows.len()).unwrap_or(i64::MAX));
+        if !orphans.is_empty() {
+            tracing::warn!(count = orphans.len(), "outbox rows name deliveries that are gone; dropping them");
+        }
         if rows.is_empty() {
-            return Ok(0);
+            PgStore::delete_outbox(&mut tx, &orphans).await.context("delete outbox rows")?;
+            tx.commit().await.context("commit outbox")?;
+            return Ok(orphans.len());
         }
         let mut confirms = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -123,7 +128,7 @@ impl Relay {
                 .context("publish")?;
             confirms.push(confirm);
         }
-        let mut done = Vec::with_capacity(rows.len());
+        let mut done = orphans;
         for (row, confirm) in rows.iter().zip(confirms) {
             match confirm.await.context("await confirm")? {
                 Confirmation::Ack(None) | Confirmation::NotRequested => done.push(row.id),
@@ -134,7 +139,7 @@ impl Relay {
                 Confirmation::Nack(_) => tracing::warn!(outbox_id = row.id, "broker refused a message; will retry"),
             }
         }
-        Store::delete_outbox(&mut tx, &done).await.context("delete outbox rows")?;
+        PgStore::delete_outbox(&mut tx, &done).await.context("delete outbox rows")?;
         tx.commit().await.context("commit outbox")?;
         self.metrics.outbox_published.inc_by(u64::try_from(done.len()).unwrap_or(0));
         Ok(done.len())

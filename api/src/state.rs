@@ -19,8 +19,11 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Wakes the outbox relay after a commit, so messages leave at once.
     pub relay_wake: Arc<Notify>,
-    /// Whether the relay holds a working broker channel.
-    pub broker_up: watch::Receiver<bool>,
+    /// Whether the relay holds a working broker channel; `None` in standalone
+    /// mode, which has no broker.
+    pub broker_up: Option<watch::Receiver<bool>>,
+    /// The metrics of in-process delivery (standalone mode), served with the API's.
+    pub delivery_metrics: Option<Arc<dispatcher::metrics::Metrics>>,
     /// The per-developer request limit, unless switched off.
     pub rate_limit: Option<Arc<RateLimit>>,
 }

@@ -15,6 +15,13 @@ pub struct Config {
     #[arg(long, env = "DISPATCHER_LISTEN_ADDR", default_value = "127.0.0.1:8082")]
     pub dispatcher_listen_addr: SocketAddr,
 
+    #[command(flatten)]
+    pub delivery: DeliveryConfig,
+}
+
+/// How deliveries are made, in a dispatcher and in standalone mode alike.
+#[derive(Debug, Clone, Args)]
+pub struct DeliveryConfig {
     /// Unacknowledged messages the broker hands this dispatcher at once.
     #[arg(long, env = "DISPATCHER_PREFETCH", default_value_t = 256)]
     pub dispatcher_prefetch: u16,
@@ -62,6 +69,13 @@ impl Config {
     /// Checks what clap's types cannot express.
     pub fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
+        self.delivery.validate()
+    }
+}
+
+impl DeliveryConfig {
+    /// Checks what clap's types cannot express.
+    pub fn validate(&self) -> Result<(), String> {
         if self.dispatcher_prefetch == 0
             || self.dispatcher_concurrency == 0
             || self.dispatcher_endpoint_concurrency == 0

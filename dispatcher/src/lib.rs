@@ -1,21 +1,28 @@
-//! `webhooks-dispatcher`, the delivery worker: consumes delivery messages from
-//! RabbitMQ, signs each attempt with its endpoint's key, POSTs it to `active`
-//! HTTPS endpoints only, records every attempt in PostgreSQL, and schedules
-//! retries through the per-delay retry queues.
+//! `webhooks-dispatcher`, the delivery worker: takes delivery messages from a
+//! queue, signs each attempt with its endpoint's key, POSTs it to `active`
+//! HTTPS endpoints only, records every attempt, and schedules retries.
 //!
-//! - [`worker`]: the consume loop and the handling of one message;
+//! - [`decide`]: the delivery decision (send, hold, cancel; retry or fail),
+//!   pure;
+//! - [`worker`]: the handling of one message, whatever its queue;
+//! - [`source`]: the queues: RabbitMQ (distributed) or the SQLite store's
+//!   deliveries table (standalone);
 //! - [`deliver`]: one signed HTTP attempt;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`recorder`]: batched writes of attempts and delivery state;
-//! - [`settle`]: acks and nacks, gathered into as few frames as possible;
-//! - [`run`]: all of it plus `/healthz`, `/readyz`, `/metrics`, until shutdown.
+//! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
+//! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
+//!   `/metrics`, until shutdown; [`run_embedded`]: delivery inside the
+//!   standalone process.
 
 pub mod cache;
 pub mod config;
+pub mod decide;
 pub mod deliver;
 pub mod metrics;
 pub mod recorder;
 pub mod settle;
+pub mod source;
 pub mod worker;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -28,11 +35,16 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use shared::{broker::Topology, store::Store, tls};
+use shared::{
+    broker::Topology,
+    config::CommonConfig,
+    store::{Store, sqlite::SqliteStore},
+    tls,
+};
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-pub use config::Config;
+pub use config::{Config, DeliveryConfig};
 
 use crate::{cache::EndpointCache, metrics::Metrics, recorder::Recorder, worker::Context};
 
@@ -85,13 +97,15 @@ pub async fn main() -> anyhow::Result<()> {
     run(config, listener, shutdown).await
 }
 
-/// Runs a dispatcher until `shutdown`: then it stops consuming, finishes or
-/// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
-pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    config.validate().map_err(anyhow::Error::msg)?;
-    let common = &config.common;
-    let store = shared::db::connect(common).await?;
-    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
+/// The handler context over `store`, with the delivery client and an empty
+/// endpoint cache; `writers` tracks the recorder, which drains on shutdown.
+fn context(
+    common: &CommonConfig,
+    delivery: &DeliveryConfig,
+    store: Store,
+    metrics: Arc<Metrics>,
+    writers: &TaskTracker,
+) -> anyhow::Result<Arc<Context>> {
     let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let connect_timeout = common.delivery_timeout.min(Duration::from_secs(5));
@@ -101,20 +115,29 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         common.delivery_timeout,
         connect_timeout,
     )?;
+    Ok(Arc::new(Context {
+        common: common.clone(),
+        delivery: delivery.clone(),
+        client,
+        cache: EndpointCache::new(store.clone(), cipher, delivery.endpoint_cache_ttl),
+        recorder: Recorder::spawn(store.clone(), writers),
+        store,
+        metrics,
+        per_endpoint: std::sync::Mutex::new(HashMap::new()),
+    }))
+}
+
+/// Runs a dispatcher until `shutdown`: then it stops consuming, finishes or
+/// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let common = &config.common;
+    let store = shared::db::connect(common).await?;
+    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);
-
     let writers = TaskTracker::new();
-    let context = Arc::new(Context {
-        topology,
-        client,
-        cache: EndpointCache::new(store.clone(), cipher, config.endpoint_cache_ttl),
-        recorder: Recorder::spawn(store.clone(), &writers),
-        store: store.clone(),
-        metrics: metrics.clone(),
-        per_endpoint: std::sync::Mutex::new(HashMap::new()),
-        config: config.clone(),
-    });
+    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers)?;
 
     let health_stop = CancellationToken::new();
     tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
@@ -124,7 +147,10 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             .into_future(),
     );
 
-    consume(context.clone(), &broker_tx, &shutdown).await;
+    shared::broker::reconnecting("dispatcher", &shutdown, || {
+        source::amqp::session(context.clone(), &topology, &broker_tx, &shutdown)
+    })
+    .await;
 
     // Every handler has finished: let the recorder drain, then stop.
     drop(context);
@@ -136,8 +162,22 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     Ok(())
 }
 
-/// Broker sessions with reconnects under capped exponential backoff.
-async fn consume(context: Arc<Context>, broker_up: &watch::Sender<bool>, shutdown: &CancellationToken) {
-    shared::broker::reconnecting("dispatcher", shutdown, || worker::session(context.clone(), broker_up, shutdown))
-        .await;
+/// Delivers from the SQLite store's own queue until `shutdown` (standalone
+/// mode: no broker, no listener of its own), then finishes what it holds
+/// within `SHUTDOWN_TIMEOUT`. `metrics` are served by the caller.
+pub async fn run_embedded(
+    common: &CommonConfig,
+    delivery: &DeliveryConfig,
+    store: SqliteStore,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    delivery.validate().map_err(anyhow::Error::msg)?;
+    let writers = TaskTracker::new();
+    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers)?;
+    let result = source::embedded::run(context.clone(), store, shutdown).await;
+    drop(context);
+    writers.close();
+    writers.wait().await;
+    result
 }

@@ -65,6 +65,12 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+
+    /// The registry, for a process that serves these metrics beside its own
+    /// (standalone mode).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
 }
 
 impl Default for Metrics {

@@ -144,7 +144,7 @@ pub async fn send(
     if !ids::is_well_formed(&body.event_id, ids::EVENT_PREFIX) {
         return Err(ApiError::NotFound);
     }
-    match state.store.send_event(&endpoint, &body.event_id, &state.topology.deliveries()).await? {
+    match state.store.send_event(&endpoint, &body.event_id).await? {
         SendOutcome::Queued => {
             state.relay_wake.notify_one();
             tracing::info!(endpoint_id = %endpoint.id, event_id = %body.event_id, api_key_id = %caller.key.id, "event sent on request");

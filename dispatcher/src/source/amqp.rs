@@ -1,0 +1,253 @@
+//! The RabbitMQ source: consumes `{p}.deliveries` with manual acks and a
+//! prefetch window, drops cached endpoints on lifecycle messages, publishes
+//! retries (confirmed) to the retry queue of their delay, and acks only after
+//! the handler recorded the outcome.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use lapin::{
+    Channel, Confirmation,
+    options::{
+        BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
+        QueueDeclareOptions,
+    },
+    types::{FieldTable, ShortString},
+};
+use shared::broker::{self, DeliveryMessage, Envelope, Message, Topology};
+use tokio::sync::{Semaphore, watch};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use uuid::Uuid;
+
+use super::Ticket;
+use crate::{
+    settle::{Fate, Settler},
+    worker::{self, Context},
+};
+
+/// Longest wait for one broker reply (a confirm, a cancel, a close): a broker
+/// that stops answering must not stall a dispatcher or its shutdown.
+const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the handlers of one broker session share.
+#[derive(Debug)]
+struct Session {
+    topology: Topology,
+    /// The confirm-mode channel retries are published on.
+    publisher: Channel,
+    settler: Settler,
+}
+
+/// A message received in a broker session.
+#[derive(Debug)]
+pub struct AmqpTicket {
+    tag: u64,
+    session: Arc<Session>,
+}
+
+impl AmqpTicket {
+    pub(super) fn ack(self) {
+        self.session.settler.settle(self.tag, Fate::Ack);
+    }
+
+    pub(super) fn requeue(self) {
+        self.session.settler.settle(self.tag, Fate::Requeue);
+    }
+
+    pub(super) async fn publish_retry(&self, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+        publish_retry(&self.session, message, delay).await
+    }
+
+    /// Parks the message in the retry queue for `delay` as a fresh message
+    /// (so deferrals never run up the work queue's delivery limit), then acks.
+    pub(super) async fn defer(
+        self,
+        context: &Context,
+        message: &DeliveryMessage,
+        delay: Duration,
+        outcome: &'static str,
+    ) {
+        match publish_retry(&self.session, message, delay).await {
+            Ok(()) => {
+                context.metrics.outcome(outcome);
+                self.ack();
+            }
+            Err(error) => {
+                tracing::warn!(error = format!("{error:#}"), "cannot defer; the message goes back to the queue");
+                Ticket::Amqp(self).requeue(context).await;
+            }
+        }
+    }
+}
+
+/// One broker session: consume until `shutdown` or until the connection
+/// fails. On shutdown, stop taking messages, finish what is held within the
+/// deadline, and return; unfinished messages go back to the queue when the
+/// channel closes.
+pub async fn session(
+    context: Arc<Context>,
+    topology: &Topology,
+    broker_up: &watch::Sender<bool>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let connection = broker::connect(&context.common.amqp_url, "webhooks-dispatcher").await.context("connect")?;
+    let channel = connection.create_channel().await.context("open channel")?;
+    topology.declare(&channel).await.context("declare topology")?;
+    channel.basic_qos(context.delivery.dispatcher_prefetch, Default::default()).await.context("qos")?;
+    let publisher = connection.create_channel().await.context("open publish channel")?;
+    publisher.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
+
+    let lifecycle_queue = channel
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .context("declare lifecycle queue")?;
+    channel
+        .queue_bind(
+            lifecycle_queue.name().clone(),
+            topology.lifecycle().as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("bind lifecycle queue")?;
+    let mut lifecycle = channel
+        .basic_consume(
+            lifecycle_queue.name().clone(),
+            "".into(),
+            BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .context("consume lifecycle")?;
+    // Changes may have been missed while disconnected.
+    context.cache.clear();
+
+    let tag: ShortString = format!("dispatcher-{}", Uuid::new_v4()).into();
+    let mut deliveries = channel
+        .basic_consume(
+            topology.deliveries().as_str().into(),
+            tag.clone(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("consume deliveries")?;
+    broker_up.send_replace(true);
+    tracing::info!(queue = %topology.deliveries(), "dispatcher consuming");
+
+    let slots = Arc::new(Semaphore::new(context.delivery.dispatcher_concurrency));
+    let tasks = TaskTracker::new();
+    let (settler, settling) = Settler::start(channel.clone());
+    let session = Arc::new(Session { topology: topology.clone(), publisher, settler });
+    let result = loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break Ok(()),
+            change = lifecycle.next() => match change {
+                Some(Ok(message)) => invalidate(&context, &message.data),
+                Some(Err(error)) => break Err(anyhow::Error::new(error).context("lifecycle consumer")),
+                None => break Err(anyhow::anyhow!("lifecycle consumer closed")),
+            },
+            slot = slots.clone().acquire_owned() => {
+                let Ok(slot) = slot else { break Ok(()) };
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => break Ok(()),
+                    next = deliveries.next() => match next {
+                        Some(Ok(delivery)) => {
+                            session.settler.received(delivery.delivery_tag);
+                            let ticket = AmqpTicket { tag: delivery.delivery_tag, session: session.clone() };
+                            let Some(message) = parse(&context, &delivery.data, &ticket) else { continue };
+                            let context = context.clone();
+                            tasks.spawn(async move {
+                                worker::handle(&context, message, Ticket::Amqp(ticket)).await;
+                                drop(slot);
+                            });
+                        }
+                        Some(Err(error)) => break Err(anyhow::Error::new(error).context("delivery consumer")),
+                        None => break Err(anyhow::anyhow!("delivery consumer closed")),
+                    },
+                }
+            }
+        }
+    };
+
+    if result.is_ok() {
+        let cancel = channel.basic_cancel(tag, BasicCancelOptions::default());
+        let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
+    }
+    tasks.close();
+    let in_flight = tasks.len();
+    if in_flight > 0 {
+        tracing::info!(in_flight, "finishing deliveries in flight");
+    }
+    if tokio::time::timeout(context.delivery.shutdown_timeout, tasks.wait()).await.is_err() {
+        tracing::warn!(unfinished = tasks.len(), "shutdown deadline passed; unfinished messages go back to the queue");
+    }
+    // Send the acks of what finished before the channel closes.
+    drop(session);
+    let _ = tokio::time::timeout(Duration::from_secs(5), settling).await;
+    broker_up.send_replace(false);
+    let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
+    result
+}
+
+/// The delivery a message asks for; a message that is not one goes to the
+/// dead-letter queue.
+fn parse(context: &Context, data: &[u8], ticket: &AmqpTicket) -> Option<DeliveryMessage> {
+    match serde_json::from_slice::<Envelope>(data) {
+        Ok(Envelope { message: Message::Delivery(message), .. }) => Some(message),
+        Ok(_) | Err(_) => {
+            tracing::error!(bytes = data.len(), "unprocessable message; moved to the dead-letter queue");
+            context.metrics.outcome("dead_lettered");
+            ticket.session.settler.settle(ticket.tag, Fate::Reject);
+            None
+        }
+    }
+}
+
+fn invalidate(context: &Context, data: &[u8]) {
+    match serde_json::from_slice::<Envelope>(data) {
+        Ok(Envelope { message: Message::EndpointChanged(change), .. }) => {
+            tracing::debug!(endpoint_id = %change.endpoint_id, change = ?change.change, "endpoint changed");
+            context.cache.invalidate(&change.endpoint_id);
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, "unreadable lifecycle message; dropping the whole endpoint cache");
+            context.cache.clear();
+        }
+    }
+}
+
+async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+    let (queue, wait) = session.topology.retry_route(delay).context("RETRY_SCHEDULE has no delays")?;
+    let payload = Envelope::new(Message::Delivery(message.clone())).to_bytes();
+    let properties = broker::persistent_json().with_expiration(wait.as_millis().to_string().into());
+    let confirm = session
+        .publisher
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+            &payload,
+            properties,
+        )
+        .await
+        .context("publish retry")?;
+    let confirmation = tokio::time::timeout(BROKER_CALL_TIMEOUT, confirm)
+        .await
+        .context("no confirm for the retry")?
+        .context("confirm retry")?;
+    match confirmation {
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Ack(Some(_)) => anyhow::bail!("retry queue {queue} is missing"),
+        Confirmation::Nack(_) => anyhow::bail!("broker refused the retry"),
+    }
+}

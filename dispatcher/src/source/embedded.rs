@@ -1,0 +1,143 @@
+//! The embedded source of standalone mode: the deliveries table of the SQLite
+//! store is the queue. A delivery is due when it is `pending` or `retrying`
+//! and its next attempt time has come; this loop claims due deliveries while
+//! it has free slots, and the handler's record settles them (a retry is the
+//! recorded next attempt time, so retries survive any restart). Claims of a
+//! process that died are released at the next start: one process holds the
+//! data directory at a time.
+
+use std::{sync::Arc, time::Duration};
+
+use shared::{broker::DeliveryMessage, store::sqlite::SqliteStore};
+use tokio::sync::{Notify, Semaphore, broadcast::error::RecvError};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use super::Ticket;
+use crate::worker::{self, Context};
+
+/// The longest the loop sleeps without looking at the table: a safety net
+/// for wake-ups it did not get.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// Deliveries claimed per look at most.
+const CLAIM_BATCH: usize = 256;
+
+/// A delivery claimed from the table.
+#[derive(Debug)]
+pub struct EmbeddedTicket {
+    store: SqliteStore,
+    wake: Arc<Notify>,
+    delivery_id: i64,
+    generation: Option<i32>,
+}
+
+impl EmbeddedTicket {
+    pub(super) fn done(self) {
+        // The record released the claim; the next attempt time may be sooner
+        // than what the loop sleeps towards.
+        self.wake.notify_one();
+    }
+
+    pub(super) async fn defer(
+        self,
+        context: &Context,
+        _message: &DeliveryMessage,
+        delay: Duration,
+        outcome: &'static str,
+    ) {
+        context.metrics.outcome(outcome);
+        self.put_back(delay).await;
+    }
+
+    pub(super) async fn requeue(self) {
+        self.put_back(Duration::ZERO).await;
+    }
+
+    async fn put_back(self, delay: Duration) {
+        let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+        if let Err(error) = self.store.defer(self.delivery_id, self.generation, until).await {
+            // The claim stays; it is released when the process starts again.
+            tracing::error!(%error, delivery_id = self.delivery_id, "cannot put a delivery back");
+        }
+        self.wake.notify_one();
+    }
+}
+
+/// Claims and hands out due deliveries until `shutdown`; then finishes what
+/// is in flight within `SHUTDOWN_TIMEOUT` (what is left stays claimed, and is
+/// released and sent again at the next start).
+pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let released = store.release_claims().await?;
+    if released > 0 {
+        tracing::info!(released, "deliveries claimed before a stop are due again");
+    }
+    let wake = store.work();
+    let mut changes = store.changes();
+    let slots = Arc::new(Semaphore::new(context.delivery.dispatcher_concurrency));
+    let tasks = TaskTracker::new();
+    tracing::info!("delivering from the embedded queue");
+
+    while !shutdown.is_cancelled() {
+        let free = slots.available_permits().min(CLAIM_BATCH);
+        let mut claimed_all = false;
+        if free > 0 {
+            match store.claim_due(free).await {
+                Ok(messages) => {
+                    claimed_all = messages.len() == free;
+                    for message in messages {
+                        let Ok(slot) = slots.clone().try_acquire_owned() else { break };
+                        let ticket = EmbeddedTicket {
+                            store: store.clone(),
+                            wake: wake.clone(),
+                            delivery_id: message.delivery_id,
+                            generation: message.generation,
+                        };
+                        let context = context.clone();
+                        tasks.spawn(async move {
+                            worker::handle(&context, message, Ticket::Embedded(ticket)).await;
+                            drop(slot);
+                        });
+                    }
+                }
+                Err(error) => tracing::error!(%error, "cannot claim due deliveries"),
+            }
+        }
+        if claimed_all {
+            continue;
+        }
+        let until_due = match store.next_due_at().await {
+            Ok(Some(at)) => (at - shared::time::now()).to_std().unwrap_or_default().min(IDLE_LOOK),
+            Ok(None) => IDLE_LOOK,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the next due time");
+                IDLE_LOOK
+            }
+        };
+        if free > 0 && until_due.is_zero() {
+            continue;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = wake.notified() => {}
+            () = tokio::time::sleep(until_due), if free > 0 => {}
+            slot = slots.clone().acquire_owned(), if free == 0 => drop(slot),
+            change = changes.recv() => match change {
+                Ok(change) => context.cache.invalidate(&change.endpoint_id),
+                Err(RecvError::Lagged(_)) => context.cache.clear(),
+                Err(RecvError::Closed) => {}
+            },
+        }
+    }
+
+    tasks.close();
+    if !tasks.is_empty() {
+        tracing::info!(in_flight = tasks.len(), "finishing deliveries in flight");
+    }
+    if tokio::time::timeout(context.delivery.shutdown_timeout, tasks.wait()).await.is_err() {
+        tracing::warn!(
+            unfinished = tasks.len(),
+            "shutdown deadline passed; unfinished deliveries are sent again at the next start"
+        );
+    }
+    Ok(())
+}

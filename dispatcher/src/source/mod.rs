@@ -1,0 +1,66 @@
+//! Where delivery messages come from, and how each is settled.
+//!
+//! - [`amqp`]: the distributed mode: RabbitMQ's work queue with manual acks,
+//!   retries through the per-delay retry queues, cache invalidation from the
+//!   lifecycle exchange;
+//! - [`embedded`]: standalone mode: the deliveries table of the SQLite store
+//!   is the queue (due deliveries are claimed, a retry is the recorded next
+//!   attempt time), and endpoint changes arrive in-process.
+//!
+//! Each message is handed to [`crate::worker::handle`] with a [`Ticket`]; the
+//! handler never knows which queue runs.
+
+pub mod amqp;
+pub mod embedded;
+
+use std::time::Duration;
+
+use shared::broker::DeliveryMessage;
+
+use crate::worker::Context;
+
+/// A message taken from a queue: how to settle it.
+#[derive(Debug)]
+pub enum Ticket {
+    Amqp(amqp::AmqpTicket),
+    Embedded(embedded::EmbeddedTicket),
+}
+
+impl Ticket {
+    /// Arranges the attempt `next` after `delay`, before the outcome is
+    /// recorded: RabbitMQ needs the retry message published (confirmed) first;
+    /// the embedded queue takes it from the recorded next attempt time.
+    pub async fn schedule_retry(&self, next: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+        match self {
+            Ticket::Amqp(ticket) => ticket.publish_retry(next, delay).await,
+            Ticket::Embedded(_) => Ok(()),
+        }
+    }
+
+    /// The message is handled and its outcome recorded: take it off the queue.
+    pub fn done(self) {
+        match self {
+            Ticket::Amqp(ticket) => ticket.ack(),
+            Ticket::Embedded(ticket) => ticket.done(),
+        }
+    }
+
+    /// Puts the message back for `delay` without counting an attempt.
+    pub async fn defer(self, context: &Context, message: &DeliveryMessage, delay: Duration, outcome: &'static str) {
+        match self {
+            Ticket::Amqp(ticket) => ticket.defer(context, message, delay, outcome).await,
+            Ticket::Embedded(ticket) => ticket.defer(context, message, delay, outcome).await,
+        }
+    }
+
+    /// Hands the message back after a pause, so a failing dependency is not
+    /// hammered: used when even deferring it failed.
+    pub async fn requeue(self, context: &Context) {
+        context.metrics.outcome("requeued");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        match self {
+            Ticket::Amqp(ticket) => ticket.requeue(),
+            Ticket::Embedded(ticket) => ticket.requeue().await,
+        }
+    }
+}
