@@ -10,7 +10,7 @@ use serde_json::Value;
 use shared::{
     config::Environment,
     model::{ApiKey, ApiKeyType, Scope},
-    store::Store,
+    store::{Store, sqlite::SqliteStore},
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -43,6 +43,10 @@ pub struct ApiOptions {
     pub environment: Environment,
     /// Further flags, appended last.
     pub extra_args: Vec<String>,
+    /// Flags of delivery (`--dispatcher-concurrency` and the like): given to
+    /// every dispatcher started for the instance, or in standalone mode to
+    /// the instance itself.
+    pub delivery_args: Vec<String>,
 }
 
 impl Default for ApiOptions {
@@ -55,6 +59,7 @@ impl Default for ApiOptions {
             retry_schedule: None,
             environment: Environment::Sandbox,
             extra_args: Vec::new(),
+            delivery_args: Vec::new(),
         }
     }
 }
@@ -167,16 +172,56 @@ impl ApiResponse {
     }
 }
 
+/// Which deployment a test runs against: `TEST_BACKEND=standalone` runs the
+/// black-box suite against standalone mode (one process, SQLite, no broker);
+/// anything else (the default) against the distributed system (PostgreSQL,
+/// RabbitMQ and dispatchers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Distributed,
+    Standalone,
+}
+
+impl Backend {
+    /// The program whose flags a dispatcher of this backend takes.
+    fn program(self) -> &'static str {
+        match self {
+            Backend::Distributed => "webhooks-dispatcher",
+            Backend::Standalone => "webhooks-api",
+        }
+    }
+
+    /// The backend the environment asks for.
+    pub fn from_env() -> Backend {
+        match std::env::var("TEST_BACKEND").as_deref() {
+            Ok("standalone") => Backend::Standalone,
+            _ => Backend::Distributed,
+        }
+    }
+}
+
+/// A standalone instance's `DATA_DIR`, removed on drop.
+#[derive(Debug)]
+struct DataDir(std::path::PathBuf);
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// One API instance and everything it owns.
 #[derive(Debug)]
 pub struct TestApi {
+    /// Which deployment this is.
+    pub backend: Backend,
     /// The public listener.
     pub public: SocketAddr,
     /// The internal listener.
     pub internal: SocketAddr,
     /// A client for the API (no proxy, generous timeout).
     pub client: reqwest::Client,
-    /// The store over the test database, for issuing keys as the operator does.
+    /// The store of the instance, for issuing keys as the operator does.
     pub store: Store,
     /// The CA the instance trusts through `TLS_EXTRA_ROOTS`.
     pub ca: Arc<TestCa>,
@@ -188,10 +233,12 @@ pub struct TestApi {
     pub amqp_url: String,
     internal_token: Option<String>,
     shared_args: Vec<String>,
+    delivery_args: Vec<String>,
     shutdown: CancellationToken,
     running: Option<JoinHandle<anyhow::Result<()>>>,
     database: Option<TestDatabase>,
     queues: Option<QueueCleanup>,
+    data_dir: Option<DataDir>,
     _watchdog: Watchdog,
 }
 
@@ -245,10 +292,11 @@ impl TestApi {
         TestApi::start_with(ApiOptions::default()).await
     }
 
-    /// An instance configured by `options`, ready (database and broker) when this returns.
+    /// An instance configured by `options`, ready (database and broker) when
+    /// this returns, on the backend `TEST_BACKEND` names.
     pub async fn start_with(options: ApiOptions) -> anyhow::Result<TestApi> {
         init();
-        let database = TestDatabase::create().await?;
+        let backend = Backend::from_env();
         let prefix = broker::random_prefix();
         let amqp_url = broker::amqp_url();
         let ca = Arc::new(TestCa::new()?);
@@ -256,14 +304,15 @@ impl TestApi {
             Environment::Sandbox => "sandbox",
             Environment::Production => "production",
         };
+        let (database, data_dir) = match backend {
+            Backend::Distributed => (Some(TestDatabase::create().await?), None),
+            Backend::Standalone => {
+                let dir = std::env::temp_dir().join(format!("webhooks-test-data-{}", crate::random_suffix()));
+                (None, Some(DataDir(dir)))
+            }
+        };
         // The settings both programs share, so a dispatcher can join later.
         let mut shared_args: Vec<String> = [
-            "--database-url",
-            database.url(),
-            "--database-max-connections",
-            "4",
-            "--amqp-url",
-            &amqp_url,
             "--queue-prefix",
             &prefix,
             "--platform-environment",
@@ -278,6 +327,14 @@ impl TestApi {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        if let Some(database) = &database {
+            shared_args.extend(["--database-url", database.url(), "--database-max-connections", "4"].map(String::from));
+            shared_args.extend(["--amqp-url".to_owned(), amqp_url.clone()]);
+        }
+        if let Some(DataDir(dir)) = &data_dir {
+            let dir = dir.to_str().context("temporary directory path is not UTF-8")?;
+            shared_args.extend(["--data-dir".to_owned(), dir.to_owned()]);
+        }
         if let Some(schedule) = &options.retry_schedule {
             shared_args.extend(["--retry-schedule".to_owned(), schedule.clone()]);
         }
@@ -288,21 +345,41 @@ impl TestApi {
             args.extend(["--internal-token".to_owned(), token.clone()]);
         }
         args.extend(options.extra_args.iter().cloned());
-        let config = api::Config::from_args(&args).context("API flags")?;
-        let queues = QueueCleanup::new(&amqp_url, &prefix, &config.common.retry_schedule);
 
-        let store = api::connect_database(&config.common).await.context("test database")?;
         let listeners = api::Listeners {
             public: TcpListener::bind("127.0.0.1:0").await?,
             internal: TcpListener::bind("127.0.0.1:0").await?,
         };
         let (public, internal) = (listeners.public.local_addr()?, listeners.internal.local_addr()?);
         let shutdown = CancellationToken::new();
-        let running = tokio::spawn(api::run(config.clone(), listeners, shutdown.clone()));
+        let (config, store, queues, running) = match &data_dir {
+            None => {
+                let config = api::Config::from_args(&args).context("API flags")?;
+                let queues = QueueCleanup::new(&amqp_url, &prefix, &config.common.retry_schedule);
+                let store = api::connect_database(&config.common).await.context("test database")?;
+                let running = tokio::spawn(api::run(config.clone(), listeners, shutdown.clone()));
+                (config, store, Some(queues), running)
+            }
+            Some(DataDir(dir)) => {
+                let standalone = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+                let store = Store::Sqlite(SqliteStore::open(dir).await.context("standalone store")?);
+                let config = standalone.api.clone();
+                // Delivery runs beside it when a test starts a dispatcher,
+                // as `webhooks-api standalone` runs it beside its listeners.
+                let running = tokio::spawn(api::run_standalone_without_delivery(
+                    standalone.api,
+                    store.clone(),
+                    listeners,
+                    shutdown.clone(),
+                ));
+                (config, store, None, running)
+            }
+        };
         let client =
             reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().context("HTTP client")?;
 
         let mut api = TestApi {
+            backend,
             public,
             internal,
             client,
@@ -313,10 +390,12 @@ impl TestApi {
             amqp_url,
             internal_token: options.internal_token,
             shared_args,
+            delivery_args: options.delivery_args,
             shutdown,
             running: Some(running),
-            database: Some(database),
-            queues: Some(queues),
+            database,
+            queues,
+            data_dir,
             _watchdog: Watchdog::start(std::thread::current().name().unwrap_or("unnamed").to_owned()),
         };
         api.wait_ready().await?;
@@ -466,17 +545,59 @@ impl TestApi {
         self.start_dispatcher_with(&[]).await
     }
 
-    /// [`TestApi::start_dispatcher`] with further dispatcher flags.
+    /// [`TestApi::start_dispatcher`] with further dispatcher flags. In
+    /// standalone mode this starts the instance's in-process delivery
+    /// (`dispatcher::run_embedded` over its store, as `webhooks-api
+    /// standalone` runs it), which stops with the handle.
     pub async fn start_dispatcher_with(&self, extra_args: &[&str]) -> anyhow::Result<TestDispatcher> {
-        let mut args = vec!["webhooks-dispatcher".to_owned()];
+        let mut args = vec![self.backend.program().to_owned()];
         args.extend(self.shared_args.iter().cloned());
+        args.extend(self.delivery_args.iter().cloned());
         args.extend(extra_args.iter().map(|s| (*s).to_owned()));
-        TestDispatcher::start(args, &self.client).await
+        match self.store.sqlite() {
+            None => TestDispatcher::start(args, &self.client).await,
+            Some(store) => TestDispatcher::start_embedded(args, store.clone(), &self.client).await,
+        }
     }
 
     /// A tap on this instance's lifecycle exchange.
     pub async fn lifecycle_tap(&self) -> LifecycleTap {
         LifecycleTap::start(&self.amqp_url, &self.prefix).await.expect("lifecycle tap")
+    }
+
+    /// Everything the instance keeps, as text, each part under a `== <name>`
+    /// line: every row of every table of the PostgreSQL database (bytea as
+    /// hex), or every file of the standalone `DATA_DIR` (as lossy text, then
+    /// as hex), so a test can look for what must never be stored.
+    pub async fn stored_dump(&self) -> String {
+        let mut dump = String::new();
+        if let Some(DataDir(dir)) = &self.data_dir {
+            let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read DATA_DIR").flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            for entry in entries {
+                let bytes = std::fs::read(entry.path()).unwrap_or_default();
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                dump.push_str(&format!("== {name}\n{}\n== {name} (hex)\n{hex}\n", String::from_utf8_lossy(&bytes)));
+            }
+            return dump;
+        }
+        let pool = self.store.postgres().expect("a distributed instance runs on PostgreSQL").pool();
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("list tables");
+        for table in tables {
+            let rows: Option<String> =
+                sqlx::query_scalar(&format!("SELECT string_agg(row_to_json(t)::text, '\n') FROM \"{table}\" t"))
+                    .fetch_one(pool)
+                    .await
+                    .expect("dump a table");
+            dump.push_str(&format!("== {table}\n{}\n", rows.unwrap_or_default()));
+        }
+        dump
     }
 
     /// Cancels the shutdown token and waits for `api::run` to return its result.
@@ -497,6 +618,7 @@ impl TestApi {
         if let Some(queues) = self.queues.take() {
             queues.remove().await;
         }
+        self.data_dir.take();
         stopped.map_err(|_| anyhow::anyhow!("the API did not stop within {WAIT:?}"))?
     }
 }

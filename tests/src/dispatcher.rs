@@ -1,9 +1,10 @@
 //! A dispatcher (`dispatcher::run`) next to a [`crate::TestApi`]: same
 //! database, queue prefix, trusted roots and delivery settings.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use shared::store::sqlite::SqliteStore;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +21,34 @@ pub struct TestDispatcher {
 }
 
 impl TestDispatcher {
+    /// The in-process delivery of a standalone instance over `store`, with
+    /// the settings of `webhooks-api standalone` in `args`, and a listener of
+    /// its own for `/readyz` and `/metrics`; ready when this returns.
+    pub(crate) async fn start_embedded(
+        args: Vec<String>,
+        store: SqliteStore,
+        client: &reqwest::Client,
+    ) -> anyhow::Result<TestDispatcher> {
+        let config = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+        let metrics = Arc::new(dispatcher::metrics::Metrics::new());
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let served = metrics.clone();
+        let router = axum::Router::new()
+            .route("/readyz", axum::routing::get(|| async { "ok\n" }))
+            .route("/metrics", axum::routing::get(move || async move { served.render() }));
+        let listening = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).with_graceful_shutdown(listening.cancelled_owned()).await;
+        });
+        let (common, delivery) = (config.api.common, config.delivery);
+        let stop = shutdown.clone();
+        let running =
+            tokio::spawn(async move { dispatcher::run_embedded(&common, &delivery, store, metrics, stop).await });
+        TestDispatcher::ready(TestDispatcher { addr, shutdown, running: Some(running) }, client).await
+    }
+
     /// Starts a dispatcher with `args` (the shared flags, then its own) and
     /// waits until its `/readyz` answers 200.
     pub(crate) async fn start(args: Vec<String>, client: &reqwest::Client) -> anyhow::Result<TestDispatcher> {
@@ -28,8 +57,12 @@ impl TestDispatcher {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(dispatcher::run(config, listener, shutdown.clone()));
-        let mut started = TestDispatcher { addr, shutdown, running: Some(running) };
+        TestDispatcher::ready(TestDispatcher { addr, shutdown, running: Some(running) }, client).await
+    }
 
+    /// Waits until `started` answers `/readyz` with 200.
+    async fn ready(mut started: TestDispatcher, client: &reqwest::Client) -> anyhow::Result<TestDispatcher> {
+        let addr = started.addr;
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut pause = Duration::from_millis(20);
         loop {

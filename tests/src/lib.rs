@@ -32,7 +32,7 @@ pub mod receiver;
 
 use std::{future::Future, sync::Once, time::Duration};
 
-pub use api::{ApiOptions, ApiResponse, DeveloperKey, TestApi};
+pub use api::{ApiOptions, ApiResponse, Backend, DeveloperKey, TestApi};
 pub use broker::LifecycleTap;
 pub use ca::{ServerCert, TestCa};
 pub use dispatcher::TestDispatcher;

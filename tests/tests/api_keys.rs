@@ -302,26 +302,6 @@ async fn event_routes_need_the_webhooks_scopes() {
     api.shutdown().await.unwrap();
 }
 
-/// Every row of every table of the test database, as text (bytea as hex).
-async fn database_dump(api: &TestApi) -> String {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
-    )
-    .fetch_all(api.store.pool())
-    .await
-    .unwrap();
-    let mut dump = String::new();
-    for table in tables {
-        let rows: Option<String> =
-            sqlx::query_scalar(&format!("SELECT string_agg(row_to_json(t)::text, '\n') FROM \"{table}\" t"))
-                .fetch_one(api.store.pool())
-                .await
-                .unwrap();
-        dump.push_str(&format!("== {table}\n{}\n", rows.unwrap_or_default()));
-    }
-    dump
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn only_a_hash_of_a_key_is_stored() {
     let api = TestApi::start().await.unwrap();
@@ -331,7 +311,7 @@ async fn only_a_hash_of_a_key_is_stored() {
     let secret = plaintext.trim_start_matches("sk-test-").to_owned();
     let hex_of = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
 
-    let dump = database_dump(&api).await;
+    let dump = api.stored_dump().await;
     let mut found = Vec::new();
     for (what, needle) in [
         ("the key", plaintext.clone()),
@@ -346,7 +326,7 @@ async fn only_a_hash_of_a_key_is_stored() {
             found.push(format!("{what} in table {table}"));
         }
     }
-    assert!(found.is_empty(), "plaintext keys stored in the database: {}", found.join("; "));
+    assert!(found.is_empty(), "plaintext keys stored: {}", found.join("; "));
 
     api.shutdown().await.unwrap();
 }

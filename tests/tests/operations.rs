@@ -23,11 +23,7 @@ async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
     let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
     assert!(!endpoint.to_string().contains("PRIVATE KEY"), "{endpoint}");
 
-    let stored: Vec<u8> = sqlx::query_scalar("SELECT private_key FROM endpoints WHERE id = $1")
-        .bind(id(&endpoint))
-        .fetch_one(api.store.pool())
-        .await
-        .unwrap();
+    let stored = api.store.load_endpoint(&id(&endpoint)).await.unwrap().expect("the endpoint is stored").private_key;
     assert_eq!(stored.first(), Some(&1), "the private key is stored sealed (format byte 1)");
     // PKCS#8 of an RSA key starts SEQUENCE, INTEGER 0, SEQUENCE { rsaEncryption }: never in the clear.
     let rsa_encryption = [0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];

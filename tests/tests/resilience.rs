@@ -17,14 +17,16 @@ use tokio::process::{Child, Command};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hanging_receiver_does_not_hold_back_a_healthy_one() {
-    let options = ApiOptions { delivery_timeout: "2s".into(), ..ApiOptions::default() };
-    let api = TestApi::start_with(options).await.unwrap();
     // A small window, so that without per-endpoint limits the hanging
     // endpoint's attempts would take every slot.
-    let mut dispatcher = api
-        .start_dispatcher_with(&["--dispatcher-concurrency", "16", "--dispatcher-endpoint-concurrency", "8"])
-        .await
-        .unwrap();
+    let delivery_args = ["--dispatcher-concurrency", "16", "--dispatcher-endpoint-concurrency", "8"];
+    let options = ApiOptions {
+        delivery_timeout: "2s".into(),
+        delivery_args: delivery_args.map(String::from).to_vec(),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
     let (a, b) = (api.new_developer().await, api.new_developer().await);
     let (hanging, healthy) = (api.receiver().await, api.receiver().await);
     hanging.reply_always(Reply::hang());
@@ -99,7 +101,7 @@ async fn spawn_dispatcher(api: &TestApi) -> (Child, SocketAddr) {
     let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let mut command = Command::new(dispatcher_binary());
     command
-        .env("DATABASE_URL", &common.database_url)
+        .env("DATABASE_URL", common.database_url())
         .env("DATABASE_MAX_CONNECTIONS", "4")
         .env("AMQP_URL", &common.amqp_url)
         .env("QUEUE_PREFIX", &common.queue_prefix)

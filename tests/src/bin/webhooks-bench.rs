@@ -15,7 +15,9 @@
 //! 4. end to end: ingest as fast as possible with the dispatcher running;
 //!    events/s received and CPU seconds of the whole stack (API, dispatcher,
 //!    PostgreSQL, RabbitMQ) per 1,000 events;
-//! 5. latency at a fixed rate: ingest request start → received, p50/p99.
+//! 5. latency at a fixed rate: ingest request start → received, p50/p99;
+//! 6. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end
+//!    to end events/s with its CPU per 1,000 events, and the same latency.
 //!
 //! Knobs (environment): `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), and
@@ -415,7 +417,34 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     // 5. Latency at a fixed rate.
-    let total = rate * latency_secs;
+    let done = 2 * events;
+    let (from_start, from_accept) =
+        latency(&client, &ingest_url, &developer_id, &arrivals, done, rate, rate * latency_secs).await?;
+    print_latency(rate, &from_start, &from_accept);
+
+    stop(dispatcher).await;
+    stop(api).await;
+    pool.close().await;
+    database.remove().await;
+
+    // 6. Standalone mode: the same end to end and latency, one process.
+    let load = Load { events, concurrency, rate, latency_secs, ticks };
+    standalone(&ca, receiver_port, &arrivals, done + rate * latency_secs, &load).await?;
+    Ok(())
+}
+
+/// Ingests `total` events at `rate` per second and waits for them to arrive
+/// (after `done` earlier arrivals); returns the milliseconds from each
+/// request's start, and from its 201, to its arrival, sorted.
+async fn latency(
+    client: &reqwest::Client,
+    ingest_url: &str,
+    developer_id: &str,
+    arrivals: &Arrivals,
+    done: u64,
+    rate: u64,
+    total: u64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -424,7 +453,7 @@ async fn main() -> anyhow::Result<()> {
     for n in 0..total {
         ticker.tick().await;
         let (client, url, developer_id, sent) =
-            (client.clone(), ingest_url.clone(), developer_id.clone(), sent.clone());
+            (client.clone(), ingest_url.to_owned(), developer_id.to_owned(), sent.clone());
         requests.push(tokio::spawn(async move {
             let started = Instant::now();
             let response = client.post(&url).json(&event_body(&developer_id, n)).send().await?;
@@ -438,24 +467,107 @@ async fn main() -> anyhow::Result<()> {
     for request in requests {
         request.await??;
     }
-    wait_count(&arrivals, 2 * events + total, Duration::from_secs(120)).await?;
-    let (mut from_start, mut from_accept) = latencies(&arrivals, &sent);
+    wait_count(arrivals, done + total, Duration::from_secs(120)).await?;
+    let (mut from_start, mut from_accept) = latencies(arrivals, &sent);
     from_start.sort_by(f64::total_cmp);
     from_accept.sort_by(f64::total_cmp);
+    Ok((from_start, from_accept))
+}
+
+fn print_latency(rate: u64, from_start: &[f64], from_accept: &[f64]) {
     out(&format!(
         "latency at {rate} events/s, ingest start -> received: p50 {:.2} ms, p99 {:.2} ms",
-        percentile(&from_start, 50.0),
-        percentile(&from_start, 99.0)
+        percentile(from_start, 50.0),
+        percentile(from_start, 99.0)
     ));
     out(&format!(
         "latency at {rate} events/s, 201 -> received:          p50 {:.2} ms, p99 {:.2} ms",
-        percentile(&from_accept, 50.0),
-        percentile(&from_accept, 99.0)
+        percentile(from_accept, 50.0),
+        percentile(from_accept, 99.0)
     ));
+}
 
-    stop(dispatcher).await;
-    stop(api).await;
-    pool.close().await;
-    database.remove().await;
+/// What the phases send, and the clock to read CPU time by.
+#[derive(Clone, Copy)]
+struct Load {
+    events: u64,
+    concurrency: u64,
+    rate: u64,
+    latency_secs: u64,
+    ticks: f64,
+}
+
+/// Phase 6: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
+/// same receiver (which has seen `done` events so far).
+async fn standalone(
+    ca: &TestCa,
+    receiver_port: u16,
+    arrivals: &Arrivals,
+    done: u64,
+    load: &Load,
+) -> anyhow::Result<()> {
+    let Load { events, concurrency, rate, latency_secs, ticks } = *load;
+    use tokio::io::AsyncBufReadExt;
+    let bin = std::env::current_exe()?.parent().map(Path::to_path_buf).context("binary directory")?;
+    let data_dir = std::env::temp_dir().join(format!("webhooks-bench-{}", random_prefix()));
+    let (api_port, internal_port) = (free_port()?, free_port()?);
+    let mut process = Command::new(bin.join("webhooks-api"))
+        .arg("standalone")
+        .env("DATA_DIR", &data_dir)
+        .env("TLS_EXTRA_ROOTS", ca.pem_path())
+        .env("TARGET_ALLOW_PRIVATE", "true")
+        .env("API_LISTEN_ADDR", format!("127.0.0.1:{api_port}"))
+        .env("INTERNAL_LISTEN_ADDR", format!("127.0.0.1:{internal_port}"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start webhooks-api standalone")?;
+    let pid = process.id().unwrap_or_default();
+    let stdout = process.stdout.take().context("stdout")?;
+    let mut first = String::new();
+    tokio::io::BufReader::new(stdout).read_line(&mut first).await?;
+    let created: Value = serde_json::from_str(&first).context("the first start's key")?;
+    let key = created["key"].as_str().context("key")?.to_owned();
+    let developer_id = created["api_key"]["owner_id"].as_str().context("owner_id")?.to_owned();
+    let (api_url, internal_url) =
+        (format!("http://127.0.0.1:{api_port}/v0"), format!("http://127.0.0.1:{internal_port}"));
+    wait_ready(&format!("{internal_url}/readyz")).await?;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let endpoint: Value = client
+        .post(format!("{api_url}/webhooks"))
+        .header("Api-Key", &key)
+        .header("Idempotency-Key", "bench-endpoint")
+        .json(&json!({"url": format!("https://localhost:{receiver_port}/hook")}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let endpoint_id = endpoint["id"].as_str().context("endpoint id")?.to_owned();
+    client
+        .put(format!("{api_url}/webhooks/{endpoint_id}"))
+        .header("Api-Key", &key)
+        .json(&json!({"status": "active"}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let ingest_url = format!("{internal_url}/internal/events");
+
+    let (t0, cpu0) = (Instant::now(), cpu_seconds(pid, ticks));
+    ingest(&client, &ingest_url, &developer_id, events, concurrency).await?;
+    wait_count(arrivals, done + events, Duration::from_secs(600)).await?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds(pid, ticks) - cpu0) / events as f64 * 1000.0;
+    out(&format!("standalone end to end events/s:         {:.0}", events as f64 / elapsed));
+    out(&format!("standalone CPU s per 1,000 events:      {cpu:.3}"));
+    let (from_start, from_accept) =
+        latency(&client, &ingest_url, &developer_id, arrivals, done + events, rate, rate * latency_secs).await?;
+    out("standalone:");
+    print_latency(rate, &from_start, &from_accept);
+
+    stop(process).await;
+    let _ = std::fs::remove_dir_all(&data_dir);
     Ok(())
 }

@@ -1,0 +1,270 @@
+//! Standalone mode as a process, run the way a newcomer runs it
+//! (`webhooks-api standalone`, API.md §8.1): the first start prints a key, the
+//! operator's `keys create` works on its `DATA_DIR`, and a kill -9 in the
+//! middle of a steady stream of events loses none of the accepted ones.
+
+mod common;
+
+use std::{
+    collections::HashSet,
+    net::{SocketAddr, TcpListener},
+    path::PathBuf,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::*;
+use serde_json::{Value, json};
+use tests::{Receiver, Reply, TestCa, random_suffix};
+use tokio::{
+    io::AsyncReadExt,
+    process::{Child, Command},
+};
+use uuid::Uuid;
+
+/// The `webhooks-api` program as built by `cargo test` for this package.
+fn api_binary() -> PathBuf {
+    std::env::var_os("WEBHOOKS_API_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_api-process")), PathBuf::from)
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port")
+}
+
+/// A data directory and the settings a standalone process runs with.
+struct Setup {
+    data_dir: PathBuf,
+    ca: TestCa,
+    public: SocketAddr,
+    internal: SocketAddr,
+    client: reqwest::Client,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        tests::init();
+        Setup {
+            data_dir: std::env::temp_dir().join(format!("webhooks-standalone-{}", random_suffix())),
+            ca: TestCa::new().expect("a CA"),
+            public: free_addr(),
+            internal: free_addr(),
+            client: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(api_binary());
+        command
+            .args(args)
+            .env_clear()
+            .env("DATA_DIR", &self.data_dir)
+            .env("API_LISTEN_ADDR", self.public.to_string())
+            .env("INTERNAL_LISTEN_ADDR", self.internal.to_string())
+            .env("TLS_EXTRA_ROOTS", self.ca.pem_path())
+            .env("TARGET_ALLOW_PRIVATE", "true")
+            .env("RETRY_SCHEDULE", "1s,1s,2s")
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Starts `webhooks-api standalone` and waits until it is ready.
+    async fn start(&self) -> Child {
+        let mut child = self.command(&["standalone"]).spawn().expect("start webhooks-api standalone");
+        let ready = eventually("standalone answers /readyz", Duration::from_secs(60), async || {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                panic!("webhooks-api standalone exited before it was ready: {status}");
+            }
+            match self.client.get(format!("http://{}/readyz", self.internal)).send().await {
+                Ok(response) if response.status() == 200 => Ok(()),
+                Ok(response) => Err(response.status().to_string()),
+                Err(error) => Err(error.to_string()),
+            }
+        });
+        ready.await;
+        child
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("http://{}/v0{path}", self.public)
+    }
+
+    async fn ingest(&self, developer_id: Uuid, n: usize) -> Option<String> {
+        let response = self
+            .client
+            .post(format!("http://{}/internal/events", self.internal))
+            .json(&event_input(developer_id, "transfer", n))
+            .send()
+            .await
+            .ok()?;
+        if response.status() != 201 {
+            return None;
+        }
+        let event: Value = response.json().await.ok()?;
+        Some(event_id(&event))
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Reads what the process printed on stdout so far, once it has exited.
+async fn stdout_of(child: &mut Child) -> String {
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), stdout.read_to_string(&mut out)).await;
+    }
+    out
+}
+
+/// The first line of stdout: the key JSON the first start prints.
+async fn first_line(child: &mut Child) -> Value {
+    let stdout = child.stdout.as_mut().expect("stdout is piped");
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while stdout.read(&mut byte).await.expect("read stdout") == 1 && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read).await.expect("a line on stdout");
+    serde_json::from_slice(&line).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&line)))
+}
+
+async fn kill(child: &mut Child) {
+    child.start_kill().expect("SIGKILL");
+    let status = child.wait().await.expect("the killed process's status");
+    assert!(!status.success(), "{status}");
+}
+
+async fn active_endpoint_at(setup: &Setup, key: &str, receiver: &Receiver) -> Value {
+    let created: Value = setup
+        .client
+        .post(setup.api("/webhooks"))
+        .header("Api-Key", key)
+        .header("Idempotency-Key", Uuid::new_v4().to_string())
+        .json(&json!({ "url": receiver.url() }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let path = format!("/webhooks/{}", id(&created));
+    let activated = setup.client.put(setup.api(&path)).header("Api-Key", key).json(&json!({"status": "active"}));
+    let activated: Value = activated.send().await.unwrap().json().await.unwrap();
+    assert_eq!(activated["status"], "active", "{activated}");
+    activated
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_start_prints_a_key_and_the_operators_keys_work_on_its_data_dir() {
+    let setup = Setup::new();
+    let mut first = setup.start().await;
+    let printed = first_line(&mut first).await;
+    let key = printed["key"].as_str().unwrap_or_else(|| panic!("no key: {printed}")).to_owned();
+    assert!(key.starts_with("sk-test-"), "{printed}");
+    assert_eq!(printed["api_key"]["scopes"], json!(["platform:api_unrestricted"]), "{printed}");
+    let whoami = setup.client.get(setup.api("/api_keys/whoami")).header("Api-Key", &key).send().await.unwrap();
+    assert_eq!(whoami.status(), 200);
+
+    // `keys create` on the same DATA_DIR, while standalone runs.
+    let developer = printed["api_key"]["owner_id"].as_str().unwrap().to_owned();
+    let made = setup
+        .command(&["keys", "create", "--developer-id", &developer, "--scopes", "webhooks:read"])
+        .output()
+        .await
+        .expect("run keys create");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let made: Value = serde_json::from_slice(&made.stdout).expect("keys create prints JSON");
+    let scoped = made["key"].as_str().unwrap();
+    let whoami: Value = setup
+        .client
+        .get(setup.api("/api_keys/whoami"))
+        .header("Api-Key", scoped)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whoami["owner_id"].as_str(), Some(developer.as_str()), "{whoami}");
+
+    // A second process on the same directory is refused while the first runs.
+    let second = setup.command(&["standalone"]).output().await.expect("run a second standalone");
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another webhooks-api standalone"));
+
+    // A restart prints no new key and keeps the old ones.
+    kill(&mut first).await;
+    let mut again = setup.start().await;
+    let whoami = setup.client.get(setup.api("/api_keys/whoami")).header("Api-Key", &key).send().await.unwrap();
+    assert_eq!(whoami.status(), 200);
+    kill(&mut again).await;
+    assert_eq!(stdout_of(&mut again).await, "", "a restart prints no key");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_9_mid_stream_loses_no_accepted_event() {
+    let setup = Setup::new();
+    let receiver = Receiver::start(&setup.ca).await.unwrap();
+    // Slow answers, so the kill lands with attempts in flight and events queued.
+    receiver.reply_always(Reply::ok().after(Duration::from_millis(50)));
+    let mut process = setup.start().await;
+    let printed = first_line(&mut process).await;
+    let key = printed["key"].as_str().unwrap().to_owned();
+    let developer: Uuid = printed["api_key"]["owner_id"].as_str().unwrap().parse().unwrap();
+    let endpoint = active_endpoint_at(&setup, &key, &receiver).await;
+
+    // A steady 100 events/s for 4 s in all; the process dies after 1.5 s and
+    // comes back at once. Only what was answered 201 counts as accepted.
+    let accepted: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let setup = Arc::new(setup);
+    let producer = {
+        let (setup, accepted) = (setup.clone(), accepted.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            let mut attempts = Vec::new();
+            for n in 0..400 {
+                tick.tick().await;
+                let setup = setup.clone();
+                let accepted = accepted.clone();
+                attempts.push(tokio::spawn(async move {
+                    if let Some(id) = setup.ingest(developer, n).await {
+                        accepted.lock().unwrap().insert(id);
+                    }
+                }));
+            }
+            futures::future::join_all(attempts).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kill(&mut process).await;
+    let at_kill = accepted.lock().unwrap().len();
+    let mut process = setup.start().await;
+    producer.await.unwrap();
+
+    let accepted = accepted.lock().unwrap().clone();
+    assert!(at_kill > 50 && accepted.len() > at_kill, "accepted {at_kill} before the kill, {} in all", accepted.len());
+    let arrived = eventually("every accepted event arrives", Duration::from_secs(90), async || {
+        let arrived = distinct_ids(&receiver);
+        let missing = accepted.difference(&arrived).count();
+        if missing == 0 { Ok(arrived) } else { Err(format!("{missing} of {} still missing", accepted.len())) }
+    })
+    .await;
+    verify_all(&receiver, &endpoint);
+    eprintln!(
+        "{} events accepted ({at_kill} before the kill), {} distinct arrived, {} requests in all",
+        accepted.len(),
+        arrived.len(),
+        receiver.count()
+    );
+    kill(&mut process).await;
+}
