@@ -129,18 +129,18 @@ async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {
 }
 
 /// `webhooks-api standalone`: takes the data directory for this process
-/// alone, opens its store, prints a first key when the directory is new, and
-/// runs until SIGTERM or SIGINT.
+/// alone, opens its store, prints a first key when the store holds none (a
+/// first start), and runs until SIGTERM or SIGINT.
 async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
     let data_dir = config.api.common.data_dir();
     std::fs::create_dir_all(&data_dir).with_context(|| format!("create DATA_DIR {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
-    let first_start = !SqliteStore::exists(&data_dir);
-    let store = Store::Sqlite(SqliteStore::open(&data_dir).await?);
     let listeners = bind(&config.api).await?;
+    let sqlite = SqliteStore::open(&data_dir).await?;
+    let store = Store::Sqlite(sqlite.clone());
     tracing::info!(data_dir = %data_dir.display(), "standalone mode");
-    if first_start {
+    if !sqlite.has_api_keys().await? {
         let issued = crate::keys::issue(
             &store,
             config.api.common.platform_environment,
@@ -152,10 +152,12 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         .await?;
         let out = serde_json::json!({ "key": issued.key, "api_key": issued.api_key });
         print(&format!("{out}\n"))?;
-        next_steps(&config, &listeners, &issued.key, issued.api_key.owner_id)?;
+        next_steps(&config, &listeners, issued.api_key.owner_id)?;
     }
     let shutdown = shared::shutdown::on_signal();
-    crate::run_standalone(config, store, listeners, shutdown).await
+    let result = crate::run_standalone(config, store, listeners, shutdown).await;
+    sqlite.close().await;
+    result
 }
 
 /// Holds `DATA_DIR` for this process alone while it lives: two processes on
@@ -179,12 +181,7 @@ fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
 
 /// What to do next, on stderr (stdout carries only the key): the curl lines
 /// that register an endpoint, switch it on, send it an event and read the log.
-fn next_steps(
-    config: &StandaloneConfig,
-    listeners: &crate::Listeners,
-    key: &str,
-    developer_id: Uuid,
-) -> anyhow::Result<()> {
+fn next_steps(config: &StandaloneConfig, listeners: &crate::Listeners, developer_id: Uuid) -> anyhow::Result<()> {
     let api = format!("http://{}/v0", listeners.public.local_addr()?);
     let internal = format!("http://{}", listeners.internal.local_addr()?);
     let token = match &config.api.internal_token {
@@ -194,9 +191,9 @@ fn next_steps(
     let steps = format!(
         r#"
 webhooks-api standalone is running: API {api}, internal listener {internal}.
-The line above on stdout is your API key (shown once). Next steps:
+The JSON line on stdout is your API key, shown once. Next steps:
 
-  export KEY={key}
+  export KEY=sk-...   # the "key" of that line
 
   # 1. Register an HTTPS endpoint (it must answer a TLS handshake; for a local
   #    receiver see TLS_EXTRA_ROOTS and TARGET_ALLOW_PRIVATE in the README):

@@ -1,5 +1,7 @@
 //! `webhooks-api`, the control plane: API keys, webhook endpoints and their
-//! lifecycle on PostgreSQL, lifecycle messages to RabbitMQ through an outbox.
+//! lifecycle, event ingest; in the distributed mode over PostgreSQL with an
+//! outbox relayed to RabbitMQ, in standalone mode over SQLite with delivery in
+//! the same process.
 //!
 //! - [`routes`]: the public `/v0` API, one module per resource;
 //! - [`auth`] and [`idempotency`]: the middleware every public route runs;
@@ -116,6 +118,9 @@ async fn serve(
     let background = CancellationToken::new();
     let tasks = TaskTracker::new();
     let relay_wake: Arc<tokio::sync::Notify> = Arc::default();
+    // Delivery that stops with an error stops the process: accepting events
+    // that nothing delivers would only look healthy.
+    let fatal: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
     let (broker_up, delivery_metrics) = match &mode {
         Mode::Distributed => {
             let (broker_tx, broker_rx) = watch::channel(false);
@@ -136,9 +141,12 @@ async fn serve(
             let delivery_metrics = Arc::new(dispatcher::metrics::Metrics::new());
             let (common, delivery) = (common.clone(), delivery.as_ref().clone());
             let (stop, running) = (background.clone(), delivery_metrics.clone());
+            let (fatal, stop_listeners) = (fatal.clone(), shutdown.clone());
             tasks.spawn(async move {
                 if let Err(error) = dispatcher::run_embedded(&common, &delivery, sqlite, running, stop).await {
-                    tracing::error!(error = format!("{error:#}"), "delivery stopped");
+                    tracing::error!(error = format!("{error:#}"), "delivery failed; stopping");
+                    *fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+                    stop_listeners.cancel();
                 }
             });
             (None, Some(delivery_metrics))
@@ -175,6 +183,9 @@ async fn serve(
         tracing::warn!(?deadline, "background tasks did not stop in time");
     }
     served.context("serve")?;
+    if let Some(error) = fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+        return Err(error.context("delivery"));
+    }
     tracing::info!("webhooks-api stopped");
     Ok(())
 }

@@ -103,10 +103,8 @@ impl Relay {
         if !orphans.is_empty() {
             tracing::warn!(count = orphans.len(), "outbox rows name deliveries that are gone; dropping them");
         }
-        if rows.is_empty() {
-            PgStore::delete_outbox(&mut tx, &orphans).await.context("delete outbox rows")?;
-            tx.commit().await.context("commit outbox")?;
-            return Ok(orphans.len());
+        if rows.is_empty() && orphans.is_empty() {
+            return Ok(0);
         }
         let mut confirms = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -128,6 +126,7 @@ impl Relay {
                 .context("publish")?;
             confirms.push(confirm);
         }
+        let dropped = orphans.len();
         let mut done = orphans;
         for (row, confirm) in rows.iter().zip(confirms) {
             match confirm.await.context("await confirm")? {
@@ -141,7 +140,8 @@ impl Relay {
         }
         PgStore::delete_outbox(&mut tx, &done).await.context("delete outbox rows")?;
         tx.commit().await.context("commit outbox")?;
-        self.metrics.outbox_published.inc_by(u64::try_from(done.len()).unwrap_or(0));
+        let published = done.len() - dropped;
+        self.metrics.outbox_published.inc_by(u64::try_from(published).unwrap_or(0));
         Ok(done.len())
     }
 }

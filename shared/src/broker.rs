@@ -75,12 +75,6 @@ impl Topology {
         Some((self.retry(*tier), delay.min(*tier)))
     }
 
-    /// The shortest retry tier, used to defer a message without counting an
-    /// attempt.
-    pub fn shortest_retry(&self) -> Option<Duration> {
-        self.retry_delays.first().copied()
-    }
-
     /// Declares everything; idempotent, and consistent across processes that
     /// share `QUEUE_PREFIX` and `RETRY_SCHEDULE`.
     pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {

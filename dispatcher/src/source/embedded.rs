@@ -22,45 +22,77 @@ const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// Deliveries claimed per look at most.
 const CLAIM_BATCH: usize = 256;
 
-/// A delivery claimed from the table.
+/// The longest pause between tries to put a delivery back while the store
+/// fails.
+const PUT_BACK_PAUSE: Duration = Duration::from_secs(5);
+
+/// A delivery claimed from the table. A ticket dropped unsettled (its handler
+/// panicked) puts the delivery back, so no claim outlives its handler.
 #[derive(Debug)]
 pub struct EmbeddedTicket {
     store: SqliteStore,
     wake: Arc<Notify>,
     delivery_id: i64,
     generation: Option<i32>,
+    settled: bool,
 }
 
 impl EmbeddedTicket {
-    pub(super) fn done(self) {
+    pub(super) fn done(mut self) {
+        self.settled = true;
         // The record released the claim; the next attempt time may be sooner
         // than what the loop sleeps towards.
         self.wake.notify_one();
     }
 
     pub(super) async fn defer(
-        self,
+        mut self,
         context: &Context,
         _message: &DeliveryMessage,
         delay: Duration,
         outcome: &'static str,
     ) {
         context.metrics.outcome(outcome);
-        self.put_back(delay).await;
+        self.settled = true;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay).await;
     }
 
-    pub(super) async fn requeue(self) {
-        self.put_back(Duration::ZERO).await;
+    pub(super) async fn requeue(mut self) {
+        self.settled = true;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO).await;
     }
+}
 
-    async fn put_back(self, delay: Duration) {
-        let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        if let Err(error) = self.store.defer(self.delivery_id, self.generation, until).await {
-            // The claim stays; it is released when the process starts again.
-            tracing::error!(%error, delivery_id = self.delivery_id, "cannot put a delivery back");
+impl Drop for EmbeddedTicket {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
         }
-        self.wake.notify_one();
+        let (store, wake, delivery_id, generation) =
+            (self.store.clone(), self.wake.clone(), self.delivery_id, self.generation);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO).await });
+        }
     }
+}
+
+/// Releases the claim on a delivery, due again after `delay`, without
+/// counting an attempt. While the store fails (a full disk) it tries again,
+/// so the delivery is not left claimed, out of the queue, until a restart.
+async fn put_back(store: &SqliteStore, wake: &Notify, delivery_id: i64, generation: Option<i32>, delay: Duration) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+        match store.defer(delivery_id, generation, until).await {
+            Ok(()) => break,
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), delivery_id, "cannot put a delivery back; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(PUT_BACK_PAUSE);
+            }
+        }
+    }
+    wake.notify_one();
 }
 
 /// Claims and hands out due deliveries until `shutdown`; then finishes what
@@ -77,20 +109,24 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
     let tasks = TaskTracker::new();
     tracing::info!("delivering from the embedded queue");
 
+    let mut failing = Duration::ZERO;
     while !shutdown.is_cancelled() {
         let free = slots.available_permits().min(CLAIM_BATCH);
         let mut claimed_all = false;
-        if free > 0 {
+        // The slots are taken before the claim, so every claimed delivery has one.
+        if let Some(mut held) = (free > 0).then(|| slots.clone().try_acquire_many_owned(free as u32).ok()).flatten() {
             match store.claim_due(free).await {
                 Ok(messages) => {
+                    failing = Duration::ZERO;
                     claimed_all = messages.len() == free;
                     for message in messages {
-                        let Ok(slot) = slots.clone().try_acquire_owned() else { break };
+                        let slot = held.split(1);
                         let ticket = EmbeddedTicket {
                             store: store.clone(),
                             wake: wake.clone(),
                             delivery_id: message.delivery_id,
                             generation: message.generation,
+                            settled: false,
                         };
                         let context = context.clone();
                         tasks.spawn(async move {
@@ -99,7 +135,16 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
                         });
                     }
                 }
-                Err(error) => tracing::error!(%error, "cannot claim due deliveries"),
+                Err(error) => {
+                    // Back off while the store fails, rather than spin.
+                    failing = (failing * 2).clamp(Duration::from_millis(100), IDLE_LOOK);
+                    tracing::error!(error = format!("{error:#}"), "cannot claim due deliveries");
+                    tokio::select! {
+                        () = shutdown.cancelled() => {}
+                        () = tokio::time::sleep(failing) => {}
+                    }
+                    continue;
+                }
             }
         }
         if claimed_all {

@@ -42,7 +42,7 @@ pub enum StoreError {
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     /// The database failed or could not be reached.
-    #[error("database error")]
+    #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }
 

@@ -1,7 +1,7 @@
 //! Events and their deliveries on PostgreSQL. A queued delivery gets an
 //! outbox row that names it (`delivery_id`, `generation`, `force`); the relay
-//! builds the message from the delivery when it publishes, so the delivery
-//! message has one writer, [`crate::broker::DeliveryMessage`].
+//! builds the message from the delivery when it publishes, so no SQL writes
+//! the message: its JSON comes only from [`crate::broker::DeliveryMessage`].
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

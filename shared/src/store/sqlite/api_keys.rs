@@ -46,6 +46,12 @@ impl TryFrom<Row> for ApiKey {
 const COLUMNS: &str = "id, developer_id, kind, prefix, last_4, state, scopes, name, created_at, updated_at";
 
 impl SqliteStore {
+    /// Whether any API key was ever stored: a standalone process that finds
+    /// none is on its first start (or was locked out) and issues one.
+    pub async fn has_api_keys(&self) -> StoreResult<bool> {
+        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys)").fetch_one(&self.reader).await?)
+    }
+
     pub(in crate::store) async fn create_api_key(&self, key: NewApiKey<'_>) -> StoreResult<ApiKey> {
         let now = crate::time::now();
         let scopes = json_list(key.scopes.iter().map(|s| s.as_str()).collect());

@@ -104,11 +104,6 @@ impl SqliteStore {
         Ok(SqliteStore { writer, reader, work: Arc::new(Notify::new()), changes })
     }
 
-    /// Whether `data_dir` already holds a database: a first start has none.
-    pub fn exists(data_dir: &Path) -> bool {
-        data_dir.join(DATABASE_FILE).exists()
-    }
-
     /// Closes every connection, waiting for those in use; the writer last, so
     /// its close checkpoints the WAL into the database file.
     pub async fn close(&self) {

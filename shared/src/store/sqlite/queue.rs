@@ -72,7 +72,17 @@ impl SqliteStore {
             return Ok(Vec::new());
         }
         let ids = serde_json::Value::from(rows.iter().map(|r| r.id).collect::<Vec<_>>()).to_string();
-        let messages = rows.into_iter().map(DeliveryMessage::try_from).collect::<StoreResult<Vec<_>>>()?;
+        // A row that cannot be read is claimed too, but not handed out: it
+        // leaves the queue (until the next start) instead of blocking it.
+        let messages = rows
+            .into_iter()
+            .filter_map(|row| {
+                let id = row.id;
+                DeliveryMessage::try_from(row)
+                    .inspect_err(|error| tracing::error!(%error, delivery_id = id, "unreadable delivery set aside"))
+                    .ok()
+            })
+            .collect();
         sqlx::query("UPDATE deliveries SET claimed = 1 WHERE id IN (SELECT value FROM json_each($1))")
             .bind(ids)
             .execute(&mut *tx)

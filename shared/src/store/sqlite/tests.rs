@@ -517,8 +517,7 @@ async fn commits_are_durable_and_checked() {
 #[tokio::test]
 async fn data_survives_closing_and_reopening() {
     let mut scratch = Scratch::new().await;
-    assert!(SqliteStore::exists(&scratch.dir));
-    assert!(!SqliteStore::exists(&scratch.dir.join("elsewhere")));
+    assert!(!scratch.store.has_api_keys().await.unwrap(), "a new store has no key");
     let developer = Uuid::new_v4();
     let scopes = [Scope::WebhooksRead, Scope::WebhooksWrite];
     let key = NewApiKey {
@@ -531,6 +530,7 @@ async fn data_survives_closing_and_reopening() {
         name: Some("ci"),
     };
     let created = scratch.store.create_api_key(key).await.unwrap();
+    assert!(scratch.store.has_api_keys().await.unwrap());
     let active = endpoint(&scratch.store, developer, vec![Category::Customer], EndpointStatus::Active).await;
     let first = scratch.store.ingest_event(&event(developer)).await.unwrap();
 
