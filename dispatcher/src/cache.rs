@@ -1,5 +1,5 @@
 //! Endpoints as the dispatcher needs them: status, URL and a ready signer.
-//! Loaded from PostgreSQL on a miss, dropped on a lifecycle message, and
+//! Loaded from the store on a miss, dropped on a lifecycle message, and
 //! reloaded after a TTL as a safety net.
 
 use std::{
@@ -28,7 +28,17 @@ pub struct EndpointCache {
     store: Store,
     cipher: Arc<KeyCipher>,
     ttl: Duration,
-    entries: Mutex<HashMap<String, Arc<Endpoint>>>,
+    entries: Mutex<Entries>,
+}
+
+/// The cached endpoints, and how many invalidations there have been: a load
+/// that an invalidation overtook (read from the database before the change,
+/// inserted after its invalidation) must not be cached, or the old state
+/// would stand until the TTL.
+#[derive(Debug, Default)]
+struct Entries {
+    endpoints: HashMap<String, Arc<Endpoint>>,
+    epoch: u64,
 }
 
 impl EndpointCache {
@@ -39,9 +49,13 @@ impl EndpointCache {
 
     /// The endpoint, or `None` when it does not exist.
     pub async fn get(&self, id: &str) -> anyhow::Result<Option<Arc<Endpoint>>> {
-        if let Some(hit) = self.lock().get(id).filter(|e| e.loaded_at.elapsed() < self.ttl).cloned() {
-            return Ok(Some(hit));
-        }
+        let epoch = {
+            let entries = self.lock();
+            if let Some(hit) = entries.endpoints.get(id).filter(|e| e.loaded_at.elapsed() < self.ttl) {
+                return Ok(Some(hit.clone()));
+            }
+            entries.epoch
+        };
         let Some(record) = self.store.load_endpoint(id).await.context("load endpoint")? else {
             return Ok(None);
         };
@@ -50,8 +64,18 @@ impl EndpointCache {
         let url = Url::parse(&record.url).context("stored url")?;
         let endpoint =
             Arc::new(Endpoint { id: record.id, status: record.status, url, signer, loaded_at: Instant::now() });
-        self.lock().insert(endpoint.id.clone(), endpoint.clone());
+        self.insert_unless_overtaken(epoch, endpoint.clone());
         Ok(Some(endpoint))
+    }
+
+    /// Caches `endpoint`, loaded when the cache was at `epoch`, unless an
+    /// invalidation came since: then this load may predate the change, and the
+    /// next `get` loads again.
+    fn insert_unless_overtaken(&self, epoch: u64, endpoint: Arc<Endpoint>) {
+        let mut entries = self.lock();
+        if entries.epoch == epoch {
+            entries.endpoints.insert(endpoint.id.clone(), endpoint);
+        }
     }
 
     /// The endpoint as the database has it now, bypassing (and refreshing) the
@@ -63,15 +87,69 @@ impl EndpointCache {
 
     /// Forgets one endpoint: it changed.
     pub fn invalidate(&self, id: &str) {
-        self.lock().remove(id);
+        let mut entries = self.lock();
+        entries.epoch += 1;
+        entries.endpoints.remove(id);
     }
 
     /// Forgets everything: lifecycle messages may have been missed.
     pub fn clear(&self) {
-        self.lock().clear();
+        let mut entries = self.lock();
+        entries.epoch += 1;
+        entries.endpoints.clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Endpoint>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared::{
+        model::EventEpoch,
+        store::{EndpointChange, EndpointUpdate, NewEndpoint, sqlite::SqliteStore},
+    };
+    use uuid::Uuid;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_load_overtaken_by_an_invalidation_is_not_cached() {
+        let dir = std::env::temp_dir().join(format!("webhooks-cache-{}", Uuid::new_v4().simple()));
+        let sqlite = SqliteStore::open(&dir).await.unwrap();
+        let store = Store::Sqlite(sqlite.clone());
+        let cipher = Arc::new(KeyCipher::new(None).unwrap());
+        let pair = shared::keys::generate_rsa_2048().unwrap();
+        let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
+        let by = EndpointChange { api_key_id: Uuid::new_v4() };
+        let new = NewEndpoint {
+            id: id.clone(),
+            developer_id,
+            url: "https://receiver.example/hook".into(),
+            event_epoch: EventEpoch::WebhookCreation,
+            event_categories: Vec::new(),
+            public_key_pem: pair.public_key_pem,
+            private_key: cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).unwrap(),
+        };
+        store.create_endpoint(new, 5, by).await.unwrap().unwrap();
+        let activate = EndpointUpdate { status: Some(EndpointStatus::Active), ..EndpointUpdate::default() };
+        store.update_endpoint(developer_id, &id, activate, by).await.unwrap();
+        let cache = EndpointCache::new(store.clone(), cipher, Duration::from_secs(3600));
+
+        // A load that started before a change and ends after its invalidation.
+        let loaded = cache.get(&id).await.unwrap().unwrap();
+        let epoch_at_read = cache.lock().epoch;
+        let disable = EndpointUpdate { status: Some(EndpointStatus::Disabled), ..EndpointUpdate::default() };
+        store.update_endpoint(developer_id, &id, disable, by).await.unwrap();
+        cache.invalidate(&id);
+        cache.insert_unless_overtaken(epoch_at_read, loaded);
+        assert!(cache.lock().endpoints.is_empty(), "the stale load was cached");
+        assert_eq!(cache.get(&id).await.unwrap().unwrap().status, EndpointStatus::Disabled);
+
+        // A load nothing overtook stays cached.
+        assert!(cache.lock().endpoints.contains_key(&id));
+        sqlite.close().await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

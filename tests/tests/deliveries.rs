@@ -1,13 +1,16 @@
 //! Who gets an event, and what it looks like on arrival (API.md §5 delivery
 //! rules 1, 2, 5 and 8; §6): active endpoints of the event's developer and
 //! categories only, the `Event` as body, the headers, a signature that
-//! verifies, no redirect followed.
+//! verifies, no redirect followed; and deliveries stop soon after an endpoint
+//! is disabled, also under load.
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::json;
-use tests::{Reply, TestApi, WAIT};
+use tests::{ApiOptions, Reply, TestApi, WAIT};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_reaches_active_endpoints_only_as_a_signed_event() {
@@ -264,6 +267,54 @@ async fn a_receiver_answering_nul_bytes_and_a_huge_body_is_logged_and_harms_no_o
     })
     .await;
     assert_eq!(odd_rx.count(), 1, "{:?}", odd_rx.requests().len());
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_stop_soon_after_an_endpoint_is_disabled_under_load() {
+    let options = ApiOptions {
+        delivery_args: ["--dispatcher-endpoint-concurrency", "8"].map(String::from).to_vec(),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok().after(Duration::from_millis(100)));
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    // A backlog, queued before delivery starts.
+    let total = 600;
+    ingest_many(&api, key.developer_id(), "transfer", total, 16).await;
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    wait_for_distinct(&receiver, 40, WAIT).await;
+    // Changes while deliveries run: each drops the cached endpoint, so loads
+    // and invalidations interleave (a load overtaken by one must not stick).
+    let path = format!("/webhooks/{}", id(&endpoint));
+    for n in 0..20 {
+        let categories = if n % 2 == 0 { json!(["transfer"]) } else { json!([]) };
+        api.put(&path, &key, &json!({ "event_categories": categories })).await.expect(200);
+    }
+    set_status(&api, &key, &endpoint, "disabled").await;
+    let at_disable = receiver.count();
+
+    // Every queued event is handled: delivered before the change took, or held.
+    let (succeeded, held) = (
+        "webhooks_dispatcher_deliveries_total{outcome=\"succeeded\"}",
+        "webhooks_dispatcher_deliveries_total{outcome=\"held\"}",
+    );
+    eventually("every queued event delivered or held", Duration::from_secs(120), async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        let handled = sample(&text, succeeded).unwrap_or(0.0) + sample(&text, held).unwrap_or(0.0);
+        if handled >= total as f64 { Ok(()) } else { Err(format!("{handled} of {total}")) }
+    })
+    .await;
+    // What arrives after the 200 is what was in flight (8 at a time) and what
+    // started before the change reached delivery; far from the backlog.
+    let after = receiver.count() - at_disable;
+    assert!(after <= 100, "{after} deliveries arrived after the endpoint was disabled");
+    assert!(receiver.count() < total / 2, "the backlog kept going to a disabled endpoint");
+    verify_all(&receiver, &endpoint);
 
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();

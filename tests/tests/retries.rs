@@ -1,7 +1,7 @@
 //! Retries on a shortened `RETRY_SCHEDULE` (API.md §5 rule 6, §6): every
 //! attempt signed afresh and logged, `failed` after the last one and still
-//! sendable, the delivery log and its paging, and a deleted endpoint's
-//! retries cancelled.
+//! sendable, the delivery log and its paging, a deleted endpoint's retries
+//! cancelled, and the retries of a `send` held while the endpoint is disabled.
 
 mod common;
 
@@ -246,6 +246,35 @@ async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
     assert_eq!(field(&entries, "status"), [200, 500], "{entries:?}");
     assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "the delivery is settled");
     verify_all(&receiver, &endpoint);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_forces_one_attempt_and_its_retries_wait_while_the_endpoint_is_disabled() {
+    let api = TestApi::start_with(schedule("1s,1s")).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::status(500).body("down"));
+    let endpoint = create(&api, &key, serde_json::json!({ "url": receiver.url() })).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+
+    // The endpoint is disabled: send makes one attempt all the same.
+    assert_sent(&send(&api, &key, &endpoint, &event_id(&event)).await);
+    receiver.wait_for(1).await.unwrap();
+    // Its retry comes due a second later and is held, not sent.
+    let held = "webhooks_dispatcher_deliveries_total{outcome=\"held\"}";
+    eventually("the retry of the sent event is held", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if sample(&text, held) == Some(1.0) { Ok(()) } else { Err(text) }
+    })
+    .await;
+    assert_eq!(receiver.count(), 1, "a retry reached a disabled endpoint: {:?}", received_ids(&receiver));
+    assert_eq!(upcoming_ids(&api, &key, &endpoint).await, vec![event_id(&event)], "it waits as upcoming");
+    let entries = logs(&api, &key, &endpoint, "").await;
+    assert_eq!(field(&entries, "status"), [500], "{entries:?}");
 
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
