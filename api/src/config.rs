@@ -1,9 +1,9 @@
 //! `webhooks-api serve` settings: the shared ones plus the API's own.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use shared::config::{CommonConfig, Secret};
+use shared::config::{CommonConfig, Secret, parse_duration};
 
 /// Everything `serve` needs, loaded once and validated at start.
 #[derive(Debug, Clone, Args)]
@@ -20,9 +20,27 @@ pub struct Config {
     #[arg(long, env = "INTERNAL_LISTEN_ADDR", default_value = "127.0.0.1:8081")]
     pub internal_listen_addr: SocketAddr,
 
-    /// When set, the internal listener requires `Authorization: Bearer <token>`.
+    /// When set (and not blank), `/internal/events` and `/metrics` require
+    /// `Authorization: Bearer <token>`; required unless the internal listener
+    /// is on a loopback address.
     #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
     pub internal_token: Option<Secret>,
+
+    /// Longest time a client may take to send a request's line and headers on
+    /// either listener (and longest idle time of a kept-alive connection);
+    /// then the connection is closed, so slow clients cannot hold it.
+    #[arg(long, env = "HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// Longest time one request may take, its body included, on either
+    /// listener; then it answers 408 `timeout`.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Connections each listener holds open at once; further clients wait in
+    /// the accept queue until one closes.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
 
     /// Non-deleted endpoints a developer may have.
     #[arg(long, env = "MAX_ENDPOINTS_PER_DEVELOPER", default_value_t = 5)]
@@ -59,9 +77,38 @@ impl Config {
         shared::config::parse_args("webhooks-api", args)
     }
 
+    /// The internal bearer token in force: `INTERNAL_TOKEN` unless it is
+    /// blank, which counts as unset (an empty bearer never authenticates).
+    pub fn internal_token(&self) -> Option<&str> {
+        self.internal_token.as_ref().map(Secret::expose).filter(|token| !token.trim().is_empty())
+    }
+
+    /// Refuses an internal listener on `addr` that anyone on the network could
+    /// reach without a token: it takes events for every developer.
+    pub fn check_internal_exposure(&self, addr: SocketAddr) -> Result<(), String> {
+        if addr.ip().to_canonical().is_loopback() || self.internal_token().is_some() {
+            return Ok(());
+        }
+        Err(format!(
+            "INTERNAL_LISTEN_ADDR {addr} is not a loopback address and INTERNAL_TOKEN is not set: set a non-empty \
+             INTERNAL_TOKEN, or listen on 127.0.0.1"
+        ))
+    }
+
     /// Checks what clap's types cannot express.
     pub fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
+        self.check_internal_exposure(self.internal_listen_addr)?;
+        if self.max_connections == 0 {
+            return Err("MAX_CONNECTIONS must be at least 1".into());
+        }
+        if self.request_timeout <= self.common.delivery_timeout {
+            return Err(format!(
+                "REQUEST_TIMEOUT ({:?}) must be longer than DELIVERY_TIMEOUT ({:?}): registering an endpoint checks \
+                 its url within DELIVERY_TIMEOUT",
+                self.request_timeout, self.common.delivery_timeout
+            ));
+        }
         if self.max_request_bytes < 1024 || self.max_event_bytes < 1024 {
             return Err("MAX_REQUEST_BYTES and MAX_EVENT_BYTES must be at least 1024".into());
         }
@@ -98,5 +145,57 @@ impl StandaloneConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.api.validate()?;
         self.delivery.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        Config::from_args(std::iter::once("webhooks-api").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn an_exposed_internal_listener_needs_a_token() {
+        config(&[]).validate().unwrap();
+        let exposed = config(&["--internal-listen-addr", "0.0.0.0:8081"]).validate().unwrap_err();
+        assert!(exposed.contains("INTERNAL_LISTEN_ADDR") && exposed.contains("INTERNAL_TOKEN"), "{exposed}");
+        for blank in ["", "   "] {
+            let config = config(&["--internal-listen-addr", "10.0.0.5:8081", "--internal-token", blank]);
+            assert!(config.validate().is_err(), "a blank token {blank:?} counts as none");
+            assert_eq!(config.internal_token(), None);
+        }
+        config(&["--internal-listen-addr", "0.0.0.0:8081", "--internal-token", "s3cret"]).validate().unwrap();
+        config(&["--internal-listen-addr", "[::1]:8081"]).validate().unwrap();
+        config(&["--internal-listen-addr", "[::ffff:127.0.0.1]:8081"]).validate().unwrap();
+        assert!(config(&["--internal-listen-addr", "[::]:8081"]).validate().is_err());
+    }
+
+    #[test]
+    fn listener_limits_are_checked() {
+        assert!(config(&["--max-connections", "0"]).validate().is_err());
+        let short = config(&["--request-timeout", "5s", "--delivery-timeout", "10s"]).validate().unwrap_err();
+        assert!(short.contains("REQUEST_TIMEOUT") && short.contains("DELIVERY_TIMEOUT"), "{short}");
+        let config = config(&[]);
+        assert_eq!(config.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(config.request_timeout, Duration::from_secs(30));
+        assert_eq!(config.max_connections, 1024);
+    }
+
+    #[test]
+    fn secrets_stay_out_of_the_debug_of_the_config() {
+        let config = config(&[
+            "--internal-token",
+            "internal-hunter2",
+            "--amqp-url",
+            "amqp://relay:mq-hunter2@mq.internal:5672/%2f",
+            "--database-url",
+            "postgres://api:pg-hunter2@db.internal/webhooks",
+        ]);
+        let debug = format!("{config:?}");
+        for secret in ["internal-hunter2", "mq-hunter2", "pg-hunter2"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
     }
 }

@@ -80,6 +80,8 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("rate limited for {0:?}")]
     RateLimited(std::time::Duration),
+    #[error("request not completed within {0:?}")]
+    Timeout(std::time::Duration),
     #[error("internal error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -110,6 +112,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -168,6 +171,10 @@ impl ApiError {
             ApiError::RateLimited(wait) => {
                 plain("rate_limited", format!("Too many requests for this developer; retry after {} s", wait.as_secs()))
             }
+            ApiError::Timeout(limit) => plain(
+                "timeout",
+                format!("The request was not completed within {} s; send it again", limit.as_secs_f64()),
+            ),
             ApiError::Unexpected(_) => {
                 let message = "An unexpected error occurred; please try again".to_owned();
                 ErrorBody {
@@ -193,10 +200,10 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited(wait) = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
-        if let ApiError::TooLarge = &self {
-            // The rest of the body stays unread, so the server closes the
-            // connection: say so, or a client may send its next request on
-            // it and lose that request.
+        if let ApiError::TooLarge | ApiError::Timeout(_) = &self {
+            // The rest of the body may stay unread, so the server closes
+            // the connection: say so, or a client may send its next request
+            // on it and lose that request.
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response

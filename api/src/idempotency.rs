@@ -1,11 +1,12 @@
 //! `Idempotency-Key` on every POST (API.md §3): the first answer is stored per
 //! developer and key for 24 hours and replayed for the same request; the same
-//! key with another request answers 422.
+//! key with another request answers 422. The route's scope is checked first:
+//! a key without it gets 403, never a stored answer.
 
 use aws_lc_rs::digest;
 use axum::{
     body::{Body, to_bytes},
-    extract::{Request, State},
+    extract::{MatchedPath, Request, State},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
@@ -82,6 +83,13 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
         return Ok(next.run(request).await);
     }
     let caller = request.extensions().get::<Caller>().cloned().ok_or(ApiError::MissingApiKey)?;
+    // The scope before anything is claimed or replayed: a stored answer is
+    // the developer's, and only a key allowed to make the request may see it.
+    let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let scope = route.and_then(crate::routes::post_scope).ok_or_else(|| {
+        ApiError::Unexpected(anyhow::anyhow!("POST route {route:?} declares no scope in routes::post_scope"))
+    })?;
+    caller.require(scope)?;
     let key = key_from_headers(request.headers())?.ok_or_else(|| {
         ApiError::required(Location::Header, IDEMPOTENCY_KEY_HEADER, "Every POST needs an Idempotency-Key header")
     })?;

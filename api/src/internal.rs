@@ -1,6 +1,8 @@
 //! The internal listener: health, readiness, metrics (and event ingest). Keep
-//! it off the public network; with `INTERNAL_TOKEN` set, every request needs
-//! `Authorization: Bearer <token>`.
+//! it off the public network; off loopback it needs `INTERNAL_TOKEN`, and with
+//! a token set every request needs `Authorization: Bearer <token>` except the
+//! probes `/healthz` and `/readyz`, which orchestrators call without one and
+//! which tell nothing but up or down.
 
 use axum::{
     Router,
@@ -24,19 +26,25 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(middleware::from_fn_with_state(state.config.request_timeout, crate::server::request_timeout))
         .with_state(state)
 }
 
+/// The paths served without the token: the liveness and readiness probes.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.config.internal_token {
+    if let Some(expected) = state.config.internal_token()
+        && !PROBES.contains(&request.uri().path())
+    {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        let expected = token.expose().as_bytes();
-        if !bool::from(presented.as_bytes().ct_eq(expected)) {
+        // `expected` is never blank, so an empty bearer never matches.
+        if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
             return ApiError::invalid(
                 crate::error::Location::Header,
                 "Authorization",

@@ -12,11 +12,26 @@ use uuid::Uuid;
 /// more than the 32 random bytes the contract asks for.
 const SECRET_LEN: usize = 48;
 
-/// A key made just now: the plaintext, shown once, and its record.
-#[derive(Debug)]
+/// A key made just now: the plaintext, shown once, and its record. Its
+/// `Debug` leaves the secret out, so logging one gives no key away.
 pub struct IssuedKey {
     pub key: String,
     pub api_key: ApiKey,
+}
+
+impl std::fmt::Debug for IssuedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedKey").field("key", &redacted(&self.key)).field("api_key", &self.api_key).finish()
+    }
+}
+
+/// A plaintext key as `Debug` output may show it: its environment prefix
+/// (`sk-test-***`), never the secret.
+pub fn redacted(key: &str) -> String {
+    match key.rsplit_once('-') {
+        Some((prefix, _)) => format!("{prefix}-***"),
+        None => "***".to_owned(),
+    }
 }
 
 /// Makes and stores a key; only its hash is kept.
@@ -64,6 +79,30 @@ mod tests {
 
     fn strings(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn issued_keys_keep_their_secret_out_of_debug() {
+        let secret = "Ab3".repeat(16);
+        let key = format!("sk-test-{secret}");
+        let api_key = ApiKey {
+            id: Uuid::nil(),
+            kind: ApiKeyType::Public,
+            owner_type: shared::model::OwnerType::Developer,
+            owner_id: Uuid::nil(),
+            prefix: "sk-test".into(),
+            last_4: key[key.len() - 4..].into(),
+            state: shared::model::ApiKeyState::Active,
+            created_at: shared::time::now(),
+            updated_at: shared::time::now(),
+            scopes: vec![Scope::Unrestricted],
+            name: None,
+        };
+        let debug = format!("{:?}", IssuedKey { key: key.clone(), api_key });
+        assert!(!debug.contains(&secret), "{debug}");
+        assert!(debug.contains("sk-test-***"), "{debug}");
+        assert_eq!(redacted("no-dashes-here"), "no-dashes-***");
+        assert_eq!(redacted("nodash"), "***");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`auth`] and [`idempotency`]: the middleware every public route runs;
 //! - [`internal`]: health, readiness and metrics on the internal listener;
 //! - [`relay`]: the outbox relay that publishes committed messages;
+//! - [`server`]: how both listeners bound slow and numerous clients;
 //! - [`run`]: starts all of it on given listeners until a shutdown token fires.
 
 pub mod auth;
@@ -23,6 +24,7 @@ pub mod openapi;
 pub mod rate_limit;
 pub mod relay;
 pub mod routes;
+pub mod server;
 pub mod state;
 
 use std::{sync::Arc, time::Duration};
@@ -49,15 +51,17 @@ pub async fn connect_database(common: &shared::config::CommonConfig) -> anyhow::
     db::connect(common).await
 }
 
-/// The public router over `state`, with metrics and panic containment.
+/// The public router over `state`, with the request timeout, metrics and
+/// panic containment.
 pub fn app(state: AppState) -> Router {
-    routes::router(state.clone()).layer(middleware::from_fn_with_state(state, metrics::track)).layer(
-        CatchPanicLayer::custom(|_| {
+    routes::router(state.clone())
+        .layer(middleware::from_fn_with_state(state.config.request_timeout, server::request_timeout))
+        .layer(middleware::from_fn_with_state(state, metrics::track))
+        .layer(CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(error::ApiError::Unexpected(anyhow::anyhow!(
                 "handler panicked"
             )))
-        }),
-    )
+        }))
 }
 
 /// What runs beside the listeners: the outbox relay (distributed), or in
@@ -109,6 +113,11 @@ async fn serve(
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // The socket actually given, which may differ from INTERNAL_LISTEN_ADDR.
+    config.check_internal_exposure(listeners.internal.local_addr()?).map_err(anyhow::Error::msg)?;
+    if config.internal_token.is_some() && config.internal_token().is_none() {
+        tracing::warn!("INTERNAL_TOKEN is blank and counts as unset");
+    }
     let common = &config.common;
     let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
     let cipher = common.key_cipher().context("KEY_ENCRYPTION_KEY")?;
@@ -167,11 +176,10 @@ async fn serve(
     tasks.spawn(purge_idempotency_keys(store, background.clone()));
 
     tracing::info!(public = %listeners.public.local_addr()?, internal = %listeners.internal.local_addr()?, "webhooks-api listening");
-    let public =
-        axum::serve(listeners.public, app(state.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let internal = axum::serve(listeners.internal, internal::router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let served = tokio::try_join!(public.into_future(), internal.into_future());
+    let limits = server::Limits::of(&config);
+    let public = server::serve(listeners.public, app(state.clone()), limits, shutdown.clone());
+    let internal = server::serve(listeners.internal, internal::router(state), limits, shutdown.clone());
+    let served = tokio::try_join!(public, internal);
 
     background.cancel();
     tasks.close();

@@ -30,7 +30,6 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// What the relay needs.
-#[derive(Debug)]
 pub struct Relay {
     pub store: PgStore,
     pub amqp_url: String,
@@ -38,6 +37,18 @@ pub struct Relay {
     pub wake: Arc<Notify>,
     pub broker_up: watch::Sender<bool>,
     pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The AMQP URL carries the broker password: shown redacted.
+        f.debug_struct("Relay")
+            .field("store", &self.store)
+            .field("amqp_url", &shared::config::redacted_url(&self.amqp_url))
+            .field("topology", &self.topology)
+            .field("broker_up", &self.broker_up)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Relay {

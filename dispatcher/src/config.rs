@@ -66,7 +66,8 @@ impl Config {
         shared::config::parse_args("webhooks-dispatcher", args)
     }
 
-    /// Checks what clap's types cannot express.
+    /// Checks what clap's types cannot express (among them, through the
+    /// shared settings, that production has a `KEY_ENCRYPTION_KEY`).
     pub fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
         self.delivery.validate()
@@ -86,5 +87,22 @@ impl DeliveryConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_production_dispatcher_needs_a_key_encryption_key() {
+        let config = |args: &[&str]| {
+            Config::from_args(std::iter::once("webhooks-dispatcher").chain(args.iter().copied())).unwrap()
+        };
+        let refused = config(&["--platform-environment", "production"]).validate().unwrap_err();
+        assert!(refused.contains("KEY_ENCRYPTION_KEY"), "{refused}");
+        let kek = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";
+        config(&["--platform-environment", "production", "--key-encryption-key", kek]).validate().unwrap();
+        config(&[]).validate().unwrap();
     }
 }

@@ -117,8 +117,10 @@ impl FromStr for RetrySchedule {
 /// Default `RETRY_SCHEDULE`: about two days in all (API.md §5).
 pub const DEFAULT_RETRY_SCHEDULE: &str = "5s,30s,2m,10m,30m,1h,2h,4h,8h,12h,12h,12h";
 
-/// Settings shared by `webhooks-api` and `webhooks-dispatcher`.
-#[derive(Debug, Clone, Args)]
+/// Settings shared by `webhooks-api` and `webhooks-dispatcher`. Its `Debug`
+/// shows the connection strings with their passwords redacted, so a config
+/// printed in a log or a panic gives no credential away.
+#[derive(Clone, Args)]
 pub struct CommonConfig {
     /// PostgreSQL connection string (default [`DEFAULT_DATABASE_URL`]).
     #[arg(long, env = "DATABASE_URL")]
@@ -173,6 +175,53 @@ pub struct CommonConfig {
     pub log_format: LogFormat,
 }
 
+impl fmt::Debug for CommonConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommonConfig")
+            .field("database_url", &self.database_url.as_deref().map(redacted_url))
+            .field("data_dir", &self.data_dir)
+            .field("database_max_connections", &self.database_max_connections)
+            .field("amqp_url", &redacted_url(&self.amqp_url))
+            .field("queue_prefix", &self.queue_prefix)
+            .field("platform_environment", &self.platform_environment)
+            .field("tls_extra_roots", &self.tls_extra_roots)
+            .field("target_allow_private", &self.target_allow_private)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("retry_schedule", &self.retry_schedule)
+            .field("key_encryption_key", &self.key_encryption_key)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
+}
+
+/// Query parameters of a connection string whose values are secrets
+/// (`password`, `sslpassword`, `token`, …), matched by substring.
+const SECRET_PARAMETERS: [&str; 3] = ["pass", "secret", "token"];
+
+/// `raw` with its password, and the values of query parameters that carry
+/// secrets, replaced by `***`: the form of a connection string fit for
+/// `Debug` output and logs. A string that does not parse as a URL is shown as
+/// `<unparseable url>`, since where its secret sits is unknown.
+pub fn redacted_url(raw: &str) -> String {
+    let Ok(mut url) = url::Url::parse(raw) else { return "<unparseable url>".to_owned() };
+    if url.password().is_some() {
+        // Only fails for URLs that cannot have credentials, which have no password.
+        let _ = url.set_password(Some("***"));
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(name, value)| {
+                let lower = name.to_ascii_lowercase();
+                let secret = SECRET_PARAMETERS.iter().any(|s| lower.contains(s));
+                (name.into_owned(), if secret { "***".to_owned() } else { value.into_owned() })
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
 /// The PostgreSQL database used when `DATABASE_URL` is not set.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/webhooks";
 
@@ -198,8 +247,21 @@ impl CommonConfig {
         )
     }
 
+    /// Whether a non-blank `KEY_ENCRYPTION_KEY` is set.
+    pub fn has_key_encryption_key(&self) -> bool {
+        self.key_encryption_key.as_ref().is_some_and(|k| !k.expose().trim().is_empty())
+    }
+
     /// Checks what clap's types cannot express.
     pub fn validate(&self) -> Result<(), String> {
+        // Production holds real customers' endpoint keys: refuse to keep them
+        // in the clear rather than let a forgotten setting do it silently.
+        if self.platform_environment == Environment::Production && !self.has_key_encryption_key() {
+            return Err("PLATFORM_ENVIRONMENT=production needs KEY_ENCRYPTION_KEY (32 bytes, base64 or 64 hex \
+                 digits): endpoint private keys are not stored in the clear in production"
+                .into());
+        }
+        self.key_cipher().map_err(|error| error.to_string())?;
         let prefix = &self.queue_prefix;
         if prefix.is_empty()
             || prefix.len() > 200
@@ -248,6 +310,51 @@ mod tests {
         assert!("5s,,2m".parse::<RetrySchedule>().is_err());
         assert!("5s,later".parse::<RetrySchedule>().is_err());
         assert_eq!("".parse::<RetrySchedule>().unwrap().max_attempts(), 1);
+    }
+
+    fn common(args: &[&str]) -> CommonConfig {
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: CommonConfig,
+        }
+        let cli: Cli = clap::Parser::try_parse_from(std::iter::once("test").chain(args.iter().copied())).unwrap();
+        cli.common
+    }
+
+    #[test]
+    fn connection_string_passwords_stay_out_of_debug() {
+        let config = common(&[
+            "--database-url",
+            "postgres://webhooks:pg-hunter2@db.internal:5432/webhooks?sslmode=require&sslpassword=tls-hunter2",
+            "--amqp-url",
+            "amqps://relay:mq-hunter2@mq.internal:5671/%2f",
+            "--key-encryption-key",
+            "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+        ]);
+        let debug = format!("{config:?}");
+        for secret in ["pg-hunter2", "tls-hunter2", "mq-hunter2", "q83vEjRWeJ"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        // What an operator needs to tell the settings apart stays.
+        for kept in ["webhooks:***@db.internal:5432/webhooks", "sslmode=require", "relay:***@mq.internal:5671"] {
+            assert!(debug.contains(kept), "{kept} not in {debug}");
+        }
+        assert_eq!(redacted_url("amqp://guest@127.0.0.1:5672/%2f"), "amqp://guest@127.0.0.1:5672/%2f");
+        assert_eq!(redacted_url("host=db password=pg-hunter2"), "<unparseable url>");
+    }
+
+    #[test]
+    fn production_needs_a_key_encryption_key() {
+        let message = common(&["--platform-environment", "production"]).validate().unwrap_err();
+        assert!(message.contains("KEY_ENCRYPTION_KEY") && message.contains("production"), "{message}");
+        let blank = common(&["--platform-environment", "production", "--key-encryption-key", "  "]);
+        assert!(blank.validate().is_err(), "a blank key counts as none");
+        let kek = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";
+        common(&["--platform-environment", "production", "--key-encryption-key", kek]).validate().unwrap();
+        common(&[]).validate().unwrap();
+        let short = common(&["--key-encryption-key", "c2hvcnQ="]).validate().unwrap_err();
+        assert!(short.contains("KEY_ENCRYPTION_KEY"), "{short}");
     }
 
     #[test]

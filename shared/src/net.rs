@@ -215,6 +215,32 @@ pub fn parse_target_url(raw: &str) -> Result<Url, UrlError> {
     Ok(url)
 }
 
+/// Whether two endpoint URLs name the same target once normalised (host case,
+/// the default port, an empty path, percent-encoding the parser settles): a
+/// change from one to the other is no change. A string that does not parse
+/// is equal only to itself.
+pub fn same_url(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (Url::parse(a), Url::parse(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// `url` as it may appear in logs: scheme, host, port and path, without
+/// user-info, query or fragment, where receivers put tokens.
+pub fn loggable_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    // Only fails for URLs that cannot have credentials, which have none.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
 /// Why a target cannot be connected to; [`TargetError::code`] is the reason
 /// recorded in a DeliveryLog.
 #[derive(Debug, thiserror::Error)]
@@ -394,6 +420,26 @@ pub(crate) fn causes<'a>(err: &'a (dyn StdError + 'static)) -> impl Iterator<Ite
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spellings_of_one_url_are_the_same_url() {
+        assert!(same_url("https://Example.COM:443/path", "https://example.com/path"));
+        assert!(same_url("HTTPS://example.com", "https://example.com/"));
+        assert!(same_url("https://example.com/a/../b", "https://example.com/b"));
+        assert!(!same_url("https://example.com/path", "https://example.com/path/"));
+        assert!(!same_url("https://example.com:8443/path", "https://example.com/path"));
+        assert!(!same_url("https://example.com/path?a=1", "https://example.com/path"));
+        assert!(same_url("not a url", "not a url"));
+        assert!(!same_url("not a url", "https://example.com/"));
+    }
+
+    #[test]
+    fn logged_urls_carry_no_query() {
+        let url = Url::parse("https://hooks.example.com:8443/in/abc?token=s3cret&x=1#frag").unwrap();
+        assert_eq!(loggable_url(&url), "https://hooks.example.com:8443/in/abc");
+        let with_userinfo = Url::parse("https://user:pw@example.com/p?q").unwrap();
+        assert_eq!(loggable_url(&with_userinfo), "https://example.com/p");
+    }
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("test address")

@@ -376,7 +376,14 @@ impl TestApi {
             }
         };
         let client =
-            reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().context("HTTP client")?;
+            // Idle connections are dropped before the API's HEADER_READ_TIMEOUT
+            // closes them, so a request never goes out on one being closed.
+            reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(60))
+                .pool_idle_timeout(Duration::from_secs(5))
+                .build()
+                .context("HTTP client")?;
 
         let mut api = TestApi {
             backend,

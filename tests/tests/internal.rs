@@ -45,13 +45,18 @@ async fn metrics_count_requests_by_route() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn internal_token_guards_every_internal_route() {
+async fn internal_token_guards_every_internal_route_but_the_probes() {
     let api = TestApi::start_with(ApiOptions { internal_token: Some("secret".into()), ..ApiOptions::default() })
         .await
         .unwrap();
     let bare = |path: &str| api.client.get(format!("{}{path}", api.internal_url()));
 
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    // Orchestrators probe without the token.
+    for path in ["/healthz", "/readyz"] {
+        api.send(bare(path)).await.expect(200);
+        api.send(bare(path).bearer_auth("secret")).await.expect(200);
+    }
+    for path in ["/metrics", "/no-such-route"] {
         let refused = api.send(bare(path)).await;
         refused.expect_error(401, refused.json["code"].as_str().unwrap_or("?"));
 
@@ -61,7 +66,8 @@ async fn internal_token_guards_every_internal_route() {
         let not_bearer = api.send(bare(path).header("Authorization", "secret")).await;
         not_bearer.expect_error(401, not_bearer.json["code"].as_str().unwrap_or("?"));
 
-        api.send(bare(path).bearer_auth("secret")).await.expect(200);
+        let with_token = api.send(bare(path).bearer_auth("secret")).await;
+        assert_ne!(with_token.status, 401, "{path} with the token: {}", with_token.text());
     }
 
     // The token guards only the internal listener; the public API still wants Api-Key.

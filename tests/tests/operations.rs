@@ -39,9 +39,13 @@ async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_production_deployment_issues_and_accepts_live_keys_only() {
-    let api = TestApi::start_with(ApiOptions { environment: Environment::Production, ..ApiOptions::default() })
-        .await
-        .unwrap();
+    // Production refuses to start without a key-encryption key.
+    let options = ApiOptions {
+        environment: Environment::Production,
+        extra_args: vec!["--key-encryption-key".into(), KEK.into()],
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
     let live = api.new_developer().await;
     assert!(live.as_str().starts_with("sk-live-"), "{}", live.as_str());
     let whoami = api.get("/api_keys/whoami", &live).await.expect(200).clone();

@@ -49,7 +49,12 @@ impl Setup {
             ca: TestCa::new().expect("a CA"),
             public: free_addr(),
             internal: free_addr(),
-            client: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().unwrap(),
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(30))
+                .pool_idle_timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
         }
     }
 

@@ -42,12 +42,22 @@ pub struct CreateApiKey {
 }
 
 /// A key just created: the record plus the plaintext, shown this once.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct CreatedApiKey {
     #[serde(flatten)]
     pub api_key: ApiKey,
     /// The key itself. It is not stored and cannot be shown again.
     pub key: String,
+}
+
+// `Debug` leaves the secret out, so logging the answer gives no key away.
+impl std::fmt::Debug for CreatedApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedApiKey")
+            .field("api_key", &self.api_key)
+            .field("key", &keys::redacted(&self.key))
+            .finish()
+    }
 }
 
 /// The calling key.

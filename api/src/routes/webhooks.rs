@@ -6,7 +6,7 @@ use shared::{
     ids,
     keys::generate_rsa_2048,
     model::{Category, EndpointStatus, EventEpoch, List, Scope, Webhook},
-    net::parse_target_url,
+    net::{self, parse_target_url},
     store::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome},
     tls,
 };
@@ -68,7 +68,7 @@ async fn check_url(state: &AppState, raw: &str) -> ApiResult<String> {
     let url = parse_target_url(raw).map_err(|e| ApiError::invalid(Location::Body, "url", e.to_string()))?;
     let common = &state.config.common;
     tls::probe(&url, state.tls.clone(), common.target_allow_private, common.delivery_timeout).await.map_err(|e| {
-        tracing::debug!(url = %url, reason = e.code(), "endpoint url refused");
+        tracing::debug!(url = %net::loggable_url(&url), reason = e.code(), "endpoint url refused");
         ApiError::invalid(Location::Body, "url", e.message())
     })?;
     Ok(url.to_string())
@@ -160,8 +160,11 @@ pub async fn update(
         }
     };
     let current = find(&state, &caller, &id).await?;
+    // A valid url is compared normalised: `https://Example.COM:443/p`
+    // repeats `https://example.com/p` and is no change, even while active.
+    let unchanged = |raw: &str| parse_target_url(raw).is_ok_and(|url| net::same_url(url.as_str(), &current.url));
     let url = match body.url {
-        Some(raw) if raw != current.url => {
+        Some(raw) if !unchanged(&raw) => {
             if current.status == EndpointStatus::Active {
                 return Err(url_change_while_active());
             }

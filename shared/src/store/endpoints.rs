@@ -129,7 +129,9 @@ pub(crate) fn apply_update(
     update: EndpointUpdate,
 ) -> Result<Vec<ChangeDetail>, UrlChangeWhileActive> {
     let mut changes = Vec::new();
-    if let Some(url) = update.url.filter(|url| *url != record.url) {
+    // Another spelling of the current url (host case, default port) is not
+    // a change: it would refuse an active endpoint and record nothing real.
+    if let Some(url) = update.url.filter(|url| !crate::net::same_url(url, &record.url)) {
         if record.status == EndpointStatus::Active {
             return Err(UrlChangeWhileActive);
         }

@@ -340,7 +340,8 @@ async fn main() -> anyhow::Result<()> {
     let created: Value = serde_json::from_slice(&created.stdout).context("keys create output")?;
     let key = created["key"].as_str().context("key")?.to_owned();
     let developer_id = created["api_key"]["owner_id"].as_str().context("owner_id")?.to_owned();
-    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let client =
+        reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?;
     let endpoint: Value = client
         .post(format!("{}/webhooks", stack.api_url))
         .header("Api-Key", &key)
@@ -535,7 +536,8 @@ async fn standalone(
     let (api_url, internal_url) =
         (format!("http://127.0.0.1:{api_port}/v0"), format!("http://127.0.0.1:{internal_port}"));
     wait_ready(&format!("{internal_url}/readyz")).await?;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    let client =
+        reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?;
     let endpoint: Value = client
         .post(format!("{api_url}/webhooks"))
         .header("Api-Key", &key)
