@@ -63,6 +63,27 @@ pub struct Config {
     /// Requests a developer may make at once above the sustained rate.
     #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 200)]
     pub rate_limit_burst: u32,
+
+    /// How long events, their deliveries and delivery logs are kept; older
+    /// ones are deleted in small batches (see [`Config::retention`]). `0`
+    /// keeps everything.
+    #[arg(long, env = "RETENTION", default_value = "30d", value_parser = parse_retention)]
+    pub retention: Duration,
+
+    /// How often a retention sweep starts (the first one at start); a sweep
+    /// deletes batch after batch until nothing older is left.
+    #[arg(long, env = "RETENTION_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub retention_interval: Duration,
+}
+
+/// Parses `RETENTION`: a duration as [`parse_duration`] reads it, or `0`,
+/// which switches retention off (`parse_duration` refuses zero, which for
+/// every other setting is a mistake).
+fn parse_retention(value: &str) -> Result<Duration, String> {
+    match value.trim() {
+        "0" => Ok(Duration::ZERO),
+        value => parse_duration(value).map_err(|error| format!("{error} (use 0 to keep everything)")),
+    }
 }
 
 impl Config {
@@ -75,6 +96,12 @@ impl Config {
         T: Into<std::ffi::OsString> + Clone,
     {
         shared::config::parse_args("webhooks-api", args)
+    }
+
+    /// How long events, deliveries and logs are kept, or `None` when
+    /// `RETENTION=0` keeps them for ever.
+    pub fn retention(&self) -> Option<Duration> {
+        Some(self.retention).filter(|retention| !retention.is_zero())
     }
 
     /// The internal bearer token in force: `INTERNAL_TOKEN` unless it is
@@ -181,6 +208,21 @@ mod tests {
         assert_eq!(config.header_read_timeout, Duration::from_secs(10));
         assert_eq!(config.request_timeout, Duration::from_secs(30));
         assert_eq!(config.max_connections, 1024);
+    }
+
+    #[test]
+    fn retention_defaults_to_thirty_days_and_zero_switches_it_off() {
+        assert_eq!(config(&[]).retention(), Some(Duration::from_secs(30 * 24 * 3600)));
+        assert_eq!(config(&[]).retention_interval, Duration::from_secs(600));
+        assert_eq!(config(&["--retention", "12h"]).retention(), Some(Duration::from_secs(12 * 3600)));
+        assert_eq!(
+            config(&["--retention", "2s", "--retention-interval", "500ms"]).retention(),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(config(&["--retention", "0"]).retention(), None);
+        let args = |args: &[&str]| Config::from_args(std::iter::once("webhooks-api").chain(args.iter().copied()));
+        assert!(args(&["--retention", "soon"]).is_err());
+        assert!(args(&["--retention-interval", "0"]).is_err(), "a sweep every instant is a mistake");
     }
 
     #[test]

@@ -31,7 +31,12 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{Router, middleware};
-use shared::{broker::Topology, db, store::Store, tls};
+use shared::{
+    broker::Topology,
+    db,
+    store::{Purged, RETENTION_BATCH, Store, retention_cutoff},
+    tls,
+};
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -173,7 +178,13 @@ async fn serve(
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
     };
-    tasks.spawn(purge_idempotency_keys(store, background.clone()));
+    tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));
+    match config.retention() {
+        Some(retention) => {
+            tasks.spawn(delete_expired(store, retention, config.retention_interval, background.clone()));
+        }
+        None => tracing::info!("RETENTION=0: events, deliveries and logs are kept for ever"),
+    }
 
     tracing::info!(public = %listeners.public.local_addr()?, internal = %listeners.internal.local_addr()?, "webhooks-api listening");
     let limits = server::Limits::of(&config);
@@ -209,6 +220,54 @@ async fn purge_idempotency_keys(store: Store, shutdown: CancellationToken) {
         match store.purge_idempotency_keys().await {
             Ok(purged) => tracing::debug!(purged, "expired idempotency keys purged"),
             Err(error) => tracing::warn!(%error, "could not purge idempotency keys"),
+        }
+    }
+}
+
+/// Pause between two batches of a sweep, so that the writes a batch made
+/// wait (in standalone mode, every write: one writer) go first.
+const RETENTION_PAUSE: Duration = Duration::from_millis(20);
+
+/// Deletes events, deliveries and logs older than `retention`
+/// (`Store::purge_expired`): a sweep at start and then every `interval`, each
+/// batch after batch, with a pause between them, until a batch comes back
+/// short. Several instances may sweep at once; each skips what another holds.
+async fn delete_expired(store: Store, retention: Duration, interval: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let Some(cutoff) = retention_cutoff(retention) else { continue };
+        let mut deleted = Purged::default();
+        loop {
+            match store.purge_expired(cutoff, RETENTION_BATCH).await {
+                Ok(batch) => {
+                    deleted.add(batch);
+                    if !batch.full(RETENTION_BATCH) {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "could not delete expired events and logs; next sweep tries again");
+                    break;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RETENTION_PAUSE) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+        if !deleted.is_empty() {
+            tracing::debug!(
+                events = deleted.events,
+                deliveries = deleted.deliveries,
+                logs = deleted.logs + deleted.delivery_logs,
+                %cutoff,
+                "expired events, deliveries and logs deleted"
+            );
         }
     }
 }

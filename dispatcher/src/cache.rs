@@ -47,7 +47,8 @@ impl EndpointCache {
         EndpointCache { store, cipher, ttl, entries: Mutex::default() }
     }
 
-    /// The endpoint, or `None` when it does not exist.
+    /// The endpoint, or `None` when it does not exist or is deleted (then its
+    /// messages are cancelled).
     pub async fn get(&self, id: &str) -> anyhow::Result<Option<Arc<Endpoint>>> {
         let epoch = {
             let entries = self.lock();
@@ -59,6 +60,11 @@ impl EndpointCache {
         let Some(record) = self.store.load_endpoint(id).await.context("load endpoint")? else {
             return Ok(None);
         };
+        // A deleted endpoint has no private key left to open (deleting
+        // overwrites it), and nothing is sent to it: gone, as if missing.
+        if record.status == EndpointStatus::Deleted {
+            return Ok(None);
+        }
         let der = self.cipher.open(&record.private_key, record.id.as_bytes()).context("open private key")?;
         let signer = Signer::from_pkcs8_der(&der).context("parse private key")?;
         let url = Url::parse(&record.url).context("stored url")?;
@@ -114,15 +120,15 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn a_load_overtaken_by_an_invalidation_is_not_cached() {
+    /// A store in a directory of its own with one active endpoint whose key
+    /// is sealed by `cipher`: the store, the directory, the developer and
+    /// the endpoint's id.
+    async fn store_with_endpoint(cipher: &KeyCipher) -> (SqliteStore, std::path::PathBuf, Uuid, String) {
         let dir = std::env::temp_dir().join(format!("webhooks-cache-{}", Uuid::new_v4().simple()));
         let sqlite = SqliteStore::open(&dir).await.unwrap();
         let store = Store::Sqlite(sqlite.clone());
-        let cipher = Arc::new(KeyCipher::new(None).unwrap());
         let pair = shared::keys::generate_rsa_2048().unwrap();
         let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
-        let by = EndpointChange { api_key_id: Uuid::new_v4() };
         let new = NewEndpoint {
             id: id.clone(),
             developer_id,
@@ -132,16 +138,26 @@ mod tests {
             public_key_pem: pair.public_key_pem,
             private_key: cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).unwrap(),
         };
-        store.create_endpoint(new, 5, by).await.unwrap().unwrap();
+        store.create_endpoint(new, 5, BY).await.unwrap().unwrap();
         let activate = EndpointUpdate { status: Some(EndpointStatus::Active), ..EndpointUpdate::default() };
-        store.update_endpoint(developer_id, &id, activate, by).await.unwrap();
+        store.update_endpoint(developer_id, &id, activate, BY).await.unwrap();
+        (sqlite, dir, developer_id, id)
+    }
+
+    const BY: EndpointChange = EndpointChange { api_key_id: Uuid::nil() };
+
+    #[tokio::test]
+    async fn a_load_overtaken_by_an_invalidation_is_not_cached() {
+        let cipher = Arc::new(KeyCipher::new(None).unwrap());
+        let (sqlite, dir, developer_id, id) = store_with_endpoint(&cipher).await;
+        let store = Store::Sqlite(sqlite.clone());
         let cache = EndpointCache::new(store.clone(), cipher, Duration::from_secs(3600));
 
         // A load that started before a change and ends after its invalidation.
         let loaded = cache.get(&id).await.unwrap().unwrap();
         let epoch_at_read = cache.lock().epoch;
         let disable = EndpointUpdate { status: Some(EndpointStatus::Disabled), ..EndpointUpdate::default() };
-        store.update_endpoint(developer_id, &id, disable, by).await.unwrap();
+        store.update_endpoint(developer_id, &id, disable, BY).await.unwrap();
         cache.invalidate(&id);
         cache.insert_unless_overtaken(epoch_at_read, loaded);
         assert!(cache.lock().endpoints.is_empty(), "the stale load was cached");
@@ -149,6 +165,25 @@ mod tests {
 
         // A load nothing overtook stays cached.
         assert!(cache.lock().endpoints.contains_key(&id));
+        sqlite.close().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_deleted_endpoint_is_gone_without_opening_its_key() {
+        let cipher = Arc::new(KeyCipher::new(None).unwrap());
+        let (sqlite, dir, developer_id, id) = store_with_endpoint(&cipher).await;
+        let store = Store::Sqlite(sqlite.clone());
+        let cache = EndpointCache::new(store.clone(), cipher, Duration::from_secs(3600));
+        assert!(cache.get(&id).await.unwrap().is_some());
+
+        // Deleting overwrites the key; the endpoint is then gone (its
+        // messages are cancelled), not unreadable (which would park them
+        // for ever).
+        store.delete_endpoint(developer_id, &id, BY).await.unwrap().unwrap();
+        assert!(store.load_endpoint(&id).await.unwrap().unwrap().private_key.is_empty());
+        assert!(cache.reload(&id).await.unwrap().is_none());
+        assert!(cache.get(&id).await.unwrap().is_none());
         sqlite.close().await;
         let _ = std::fs::remove_dir_all(dir);
     }

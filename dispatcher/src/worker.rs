@@ -110,7 +110,8 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     // with a new generation and its own message) or by success: then it goes
     // no further. First attempts skip this read; theirs is the hot path.
     if message.attempt > 1 {
-        match context.store.retry_standing(message.delivery_id, message.generation).await {
+        let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
+        match context.store.retry_standing(message.delivery_id, message.generation, attempt).await {
             Ok(RetryStanding::Current) => {}
             Ok(RetryStanding::Superseded) => {
                 tracing::debug!("retry superseded; dropped");

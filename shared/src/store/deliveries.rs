@@ -51,6 +51,10 @@ pub struct AttemptRecord {
 }
 
 /// Whether a retry message still stands for its delivery.
+///
+/// A retry of an attempt no newer than the last one recorded is `Superseded`
+/// too: a duplicate message (a broker redelivery, a retry published before a
+/// commit that failed) would otherwise fork a second retry chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryStanding {
     /// The delivery is still at the message's generation and not settled.

@@ -20,7 +20,8 @@ pub struct EndpointRecord {
     pub event_epoch: EventEpoch,
     pub event_categories: Vec<Category>,
     pub public_key_pem: String,
-    /// Sealed by [`crate::keys::KeyCipher`]; opened only to sign.
+    /// Sealed by [`crate::keys::KeyCipher`]; opened only to sign. Empty once
+    /// the endpoint is deleted: nothing may sign for it again.
     pub private_key: Vec<u8>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

@@ -19,6 +19,7 @@ mod endpoints;
 mod events;
 mod idempotency;
 pub mod pg;
+mod retention;
 pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
@@ -26,7 +27,9 @@ pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
 pub use endpoints::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome};
 pub use events::{EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoredEvent};
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
+pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::model::{ApiKey, DeliveryLog};
@@ -148,6 +151,17 @@ impl Store {
         each_backend!(self, s => s.purge_idempotency_keys().await)
     }
 
+    // Retention.
+
+    /// Deletes one batch of what is older than `cutoff` (see `retention.rs`):
+    /// at most `limit` delivery log entries by their own age, and at most
+    /// `limit` events by theirs, each with its deliveries and their log
+    /// entries, except events with a delivery still `pending` or `retrying`.
+    /// [`Purged::full`] says whether another batch may find more.
+    pub async fn purge_expired(&self, cutoff: DateTime<Utc>, limit: u32) -> StoreResult<Purged> {
+        each_backend!(self, s => s.purge_expired(cutoff, limit).await)
+    }
+
     // Endpoints.
 
     /// How many non-deleted endpoints the developer has.
@@ -193,8 +207,9 @@ impl Store {
         each_backend!(self, s => s.update_endpoint(developer_id, id, update, by).await)
     }
 
-    /// Deletes the endpoint: it leaves every list, answers 404 from now on, and
-    /// its upcoming deliveries are cancelled.
+    /// Deletes the endpoint: it leaves every list, answers 404 from now on,
+    /// its upcoming deliveries are cancelled, and its private key is
+    /// overwritten (the record returned, and every later load, has none).
     pub async fn delete_endpoint(
         &self,
         developer_id: Uuid,
@@ -246,16 +261,24 @@ impl Store {
     /// Writes a batch of outcomes in one transaction: the log rows, then the
     /// delivery states. Every attempt is logged; the state is written only
     /// while the delivery is at the record's generation (an outcome of a
-    /// generation `send` has replaced changes nothing), and a cancelled
-    /// delivery stays cancelled.
+    /// generation `send` has replaced changes nothing), only while it is not
+    /// settled (`succeeded` and `cancelled` stay; only `send` re-arms), and,
+    /// for an attempt, only when it is newer than the last one recorded in the
+    /// generation (a duplicate message or a forked retry changes nothing).
     pub async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         each_backend!(self, s => s.record_attempts(records).await)
     }
 
-    /// Whether a retry of `delivery_id` at `generation` (unknown: `None`)
-    /// should still be made.
-    pub async fn retry_standing(&self, delivery_id: i64, generation: Option<i32>) -> StoreResult<RetryStanding> {
-        each_backend!(self, s => s.retry_standing(delivery_id, generation).await)
+    /// Whether attempt `attempt` of `delivery_id` at `generation` (unknown:
+    /// `None`) should still be made: the delivery is at that generation, not
+    /// settled, and no attempt as new has been recorded.
+    pub async fn retry_standing(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        attempt: i32,
+    ) -> StoreResult<RetryStanding> {
+        each_backend!(self, s => s.retry_standing(delivery_id, generation, attempt).await)
     }
 
     /// The endpoint's delivery log, newest first; `None` when the cursor names

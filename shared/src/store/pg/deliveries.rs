@@ -38,19 +38,23 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        // Settled deliveries stay settled, and only a newer attempt than the
+        // last one recorded moves the state (see `AttemptRecord`).
         sqlx::query(
             "UPDATE deliveries d
                 SET state = u.state, next_attempt_at = u.next_attempt_at,
-                    attempts = d.attempts + u.attempted, updated_at = now()
+                    attempts = d.attempts + (u.attempt IS NOT NULL)::int,
+                    last_attempt = coalesce(u.attempt, d.last_attempt), updated_at = now()
                FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
-                    AS u(id, state, next_attempt_at, attempted, generation)
-              WHERE d.id = u.id AND d.state <> 'cancelled'
-                AND (u.generation IS NULL OR d.generation = u.generation)",
+                    AS u(id, state, next_attempt_at, attempt, generation)
+              WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
+                AND (u.generation IS NULL OR d.generation = u.generation)
+                AND (u.attempt IS NULL OR u.attempt > d.last_attempt)",
         )
         .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
-        .bind(records.iter().map(|r| i32::from(r.log.is_some())).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.log.as_ref().map(|l| l.attempt)).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
@@ -62,13 +66,16 @@ impl PgStore {
         &self,
         delivery_id: i64,
         generation: Option<i32>,
+        attempt: i32,
     ) -> StoreResult<RetryStanding> {
         let current: Option<bool> = sqlx::query_scalar(
             "SELECT ($2::int4 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+                    AND $3 > last_attempt
                FROM deliveries WHERE id = $1",
         )
         .bind(delivery_id)
         .bind(generation)
+        .bind(attempt)
         .fetch_optional(&self.pool)
         .await?;
         Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })

@@ -224,8 +224,10 @@ impl PgStore {
     ) -> StoreResult<Option<EndpointRecord>> {
         let mut tx = self.pool.begin().await?;
         let now = crate::time::now();
+        // The private key goes at once: nothing signs for a deleted
+        // endpoint again, and a key kept is a key that can leak.
         let row: Option<Row> = sqlx::query_as(&format!(
-            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3
+            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = ''::bytea
              WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'
              RETURNING {COLUMNS}"
         ))

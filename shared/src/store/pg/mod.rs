@@ -9,6 +9,7 @@ mod endpoints;
 mod events;
 mod idempotency;
 mod outbox;
+mod retention;
 
 pub use outbox::OutboxRow;
 

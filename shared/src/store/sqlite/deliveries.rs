@@ -55,7 +55,8 @@ impl SqliteStore {
                         next_attempt = coalesce($4 + 1, next_attempt),
                         force = CASE WHEN $4 IS NULL THEN force ELSE 0 END,
                         claimed = 0, updated_at = $6
-                  WHERE id = $1 AND state <> 'cancelled' AND ($5 IS NULL OR generation = $5)",
+                  WHERE id = $1 AND state NOT IN ('cancelled', 'succeeded')
+                    AND ($5 IS NULL OR generation = $5) AND ($4 IS NULL OR $4 >= next_attempt)",
             )
             .bind(record.delivery_id)
             .bind(record.state.as_str())
@@ -74,13 +75,17 @@ impl SqliteStore {
         &self,
         delivery_id: i64,
         generation: Option<i32>,
+        attempt: i32,
     ) -> StoreResult<RetryStanding> {
+        // `next_attempt` is one past the last attempt recorded.
         let current: Option<bool> = sqlx::query_scalar(
             "SELECT ($2 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+                    AND $3 >= next_attempt
                FROM deliveries WHERE id = $1",
         )
         .bind(delivery_id)
         .bind(generation)
+        .bind(attempt)
         .fetch_optional(&self.reader)
         .await?;
         Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })

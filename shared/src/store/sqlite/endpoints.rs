@@ -220,8 +220,10 @@ impl SqliteStore {
     ) -> StoreResult<Option<EndpointRecord>> {
         let mut tx = self.begin().await?;
         let now = micros(crate::time::now());
+        // The private key goes at once: nothing signs for a deleted
+        // endpoint again, and a key kept is a key that can leak.
         let row: Option<Row> = sqlx::query_as(&format!(
-            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3
+            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = X''
              WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'
              RETURNING {COLUMNS}"
         ))

@@ -21,6 +21,7 @@ mod endpoints;
 mod events;
 mod idempotency;
 mod queue;
+mod retention;
 #[cfg(test)]
 mod tests;
 

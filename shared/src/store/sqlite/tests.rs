@@ -275,7 +275,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     );
     assert!(store.claim_due(10).await.unwrap().is_empty(), "not due before its time");
     assert_eq!(store.next_due_at().await.unwrap(), Some(retry_at));
-    assert_eq!(store.retry_standing(delivery, Some(0)).await.unwrap(), RetryStanding::Current);
+    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Current);
 
     // Brought forward, it is due with the next attempt number.
     store.defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1)).await.unwrap();
@@ -293,7 +293,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     let sent = store.claim_due(10).await.unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].delivery_id, sent[0].attempt, sent[0].force, sent[0].generation), (delivery, 1, true, Some(1)));
-    assert_eq!(store.retry_standing(delivery, Some(0)).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Superseded);
 
     // The outcome of the replaced generation is logged, and changes nothing.
     let stale =
@@ -306,9 +306,42 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
         outcome(delivery, &active.id, DeliveryState::Succeeded, Some(1), Some(log(&new.id, 1, crate::time::now())));
     store.record_attempts(&[delivered]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await, ("succeeded".into(), 1, 2, 2, false, false, None));
-    assert_eq!(store.retry_standing(delivery, Some(1)).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.retry_standing(delivery, Some(1), 2).await.unwrap(), RetryStanding::Superseded);
     assert_eq!(store.next_due_at().await.unwrap(), None);
     assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 3, "every attempt is logged");
+}
+
+#[tokio::test]
+async fn the_state_never_goes_backwards() {
+    let scratch = Scratch::new().await;
+    let store = &scratch.store;
+    let developer = Uuid::new_v4();
+    let active = endpoint(store, developer, vec![], EndpointStatus::Active).await;
+    let new = event(developer);
+    store.ingest_event(&new).await.unwrap();
+    let delivery = store.claim_due(1).await.unwrap()[0].delivery_id;
+    let at = |attempt, state| {
+        let mut record = outcome(delivery, &active.id, state, Some(0), Some(log(&new.id, attempt, crate::time::now())));
+        record.next_attempt_at = (state == DeliveryState::Retrying).then(crate::time::now);
+        record
+    };
+
+    // Attempts 1 and 2 failed; then a duplicate of attempt 1 failed again.
+    store.record_attempts(&[at(1, DeliveryState::Retrying)]).await.unwrap();
+    store.record_attempts(&[at(2, DeliveryState::Retrying)]).await.unwrap();
+    store.record_attempts(&[at(1, DeliveryState::Failed)]).await.unwrap();
+    let (state, _, attempts, next_attempt, ..) = queue_row(store, delivery).await;
+    assert_eq!((state.as_str(), attempts, next_attempt), ("retrying", 2, 3), "an older attempt changed the state");
+    // Its retry, attempt 2 again, is a fork of the chain: dropped.
+    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.retry_standing(delivery, Some(0), 3).await.unwrap(), RetryStanding::Current);
+
+    // Success is final within the generation: a late failure changes nothing.
+    store.record_attempts(&[at(3, DeliveryState::Succeeded)]).await.unwrap();
+    store.record_attempts(&[at(4, DeliveryState::Retrying)]).await.unwrap();
+    assert_eq!(queue_row(store, delivery).await.0, "succeeded");
+    assert_eq!(store.retry_standing(delivery, Some(0), 5).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 5, "every attempt is logged");
 }
 
 #[tokio::test]
@@ -332,7 +365,7 @@ async fn deleting_an_endpoint_cancels_its_deliveries_for_good() {
     let late = outcome(delivery, &active.id, DeliveryState::Succeeded, None, Some(log(&new.id, 1, crate::time::now())));
     store.record_attempts(&[late]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await.0, "cancelled");
-    assert_eq!(store.retry_standing(delivery, None).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.retry_standing(delivery, None, 2).await.unwrap(), RetryStanding::Superseded);
 }
 
 #[tokio::test]

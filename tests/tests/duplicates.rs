@@ -1,0 +1,122 @@
+//! Duplicate delivery messages in the distributed system: a broker may hand a
+//! message out twice, and a retry may be published before a commit that then
+//! fails. Neither may move a delivery's state backwards or fork its retry
+//! chain (at-least-once allows a duplicate attempt, nothing more).
+
+mod common;
+
+use common::*;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use shared::broker::{self, DeliveryMessage, Envelope, Message};
+use tests::{ApiOptions, Reply, TestApi, WAIT};
+
+/// The delivery message of `event` to `endpoint` at `attempt`, as the queue
+/// holds it; the delivery's id comes from the database.
+async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json::Value, attempt: u32) -> Vec<u8> {
+    let pool = api.store.postgres().expect("the distributed system").pool();
+    let (delivery_id, generation): (i64, i32) =
+        sqlx::query_as("SELECT id, generation FROM deliveries WHERE event_id = $1 AND endpoint_id = $2")
+            .bind(event_id(event))
+            .bind(id(endpoint))
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let message = DeliveryMessage {
+        delivery_id,
+        event_id: event_id(event),
+        endpoint_id: id(endpoint),
+        developer_id: event["event_developer_id"].as_str().unwrap().parse().unwrap(),
+        attempt,
+        force: false,
+        generation: Some(generation),
+        body: event.to_string(),
+        event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
+    };
+    Envelope::new(Message::Delivery(message)).to_bytes()
+}
+
+/// Publishes `payload` to the work queue, as a duplicate the broker hands out.
+async fn publish(api: &TestApi, payload: &[u8]) {
+    let connection = broker::connect(&api.amqp_url, "duplicates test").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let queue = format!("{}.deliveries", api.prefix);
+    let confirm = channel
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            payload,
+            broker::persistent_json(),
+        )
+        .await
+        .unwrap();
+    confirm.await.unwrap();
+    let _ = connection.close(200, "done".into()).await;
+}
+
+fn outcome(text: &str, name: &str) -> f64 {
+    sample(text, &format!("webhooks_dispatcher_deliveries_total{{outcome=\"{name}\"}}")).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duplicate_first_attempt_after_success_changes_nothing() {
+    let api =
+        TestApi::start_with(ApiOptions { retry_schedule: Some("1s".into()), ..ApiOptions::default() }).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_sequence([Reply::ok()]);
+    receiver.reply_always(Reply::status(500).body("down now"));
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+
+    // The first attempt again: the receiver, down now, answers 500.
+    publish(&api, &message(&api, &event, &endpoint, 1).await).await;
+    receiver.wait_for(2).await.unwrap();
+    // Its retry comes a second later and is dropped unsent: success stands.
+    eventually("the duplicate's retry is dropped", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if outcome(&text, "superseded") >= 1.0 { Ok(()) } else { Err(text) }
+    })
+    .await;
+    assert_eq!(receiver.count(), 2, "{:?}", received_ids(&receiver));
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "the delivery is still settled");
+    let statuses: Vec<_> = logs(&api, &key, &endpoint, "").await.iter().map(|l| l["status"].clone()).collect();
+    assert_eq!(statuses, [500, 200], "every attempt is logged");
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duplicate_retry_does_not_fork_the_retry_chain() {
+    let api = TestApi::start_with(ApiOptions { retry_schedule: Some("2s,2s".into()), ..ApiOptions::default() })
+        .await
+        .unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::status(500).body("down"));
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+
+    // While the real attempt 2 waits in its retry queue, a copy of it comes now.
+    publish(&api, &message(&api, &event, &endpoint, 2).await).await;
+    // Three attempts in all (1, 2, 3), then failed; the other attempt 2 is dropped.
+    eventually("the delivery fails after its last attempt", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        let (failed, superseded) = (outcome(&text, "failed"), outcome(&text, "superseded"));
+        if failed >= 1.0 && superseded >= 1.0 { Ok(()) } else { Err(text) }
+    })
+    .await;
+    let entries = logs(&api, &key, &endpoint, "?limit=100").await;
+    let attempts: Vec<_> = entries.iter().map(|l| l["attempt"].clone()).collect();
+    assert_eq!(attempts, [3, 2, 1], "one chain of attempts: {entries:?}");
+    assert_eq!(receiver.count(), 3);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
