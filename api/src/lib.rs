@@ -99,7 +99,7 @@ pub async fn run_standalone(
 }
 
 /// The listeners of standalone mode over `store`, without delivery: the
-/// caller runs `dispatcher::run_embedded` on the same store beside it (as
+/// caller runs `dispatcher::start_embedded` on the same store beside it (as
 /// the black-box tests do, to stop and start delivery on their own).
 pub async fn run_standalone_without_delivery(
     config: Config,
@@ -153,11 +153,13 @@ async fn serve(
         Mode::Standalone(Some(delivery)) => {
             let sqlite = store.sqlite().cloned().context("standalone mode runs on its own store")?;
             let delivery_metrics = Arc::new(dispatcher::metrics::Metrics::new());
-            let (common, delivery) = (common.clone(), delivery.as_ref().clone());
-            let (stop, running) = (background.clone(), delivery_metrics.clone());
+            let delivering =
+                dispatcher::start_embedded(common, delivery, sqlite, delivery_metrics.clone(), background.clone())
+                    .await
+                    .context("delivery")?;
             let (fatal, stop_listeners) = (fatal.clone(), shutdown.clone());
             tasks.spawn(async move {
-                if let Err(error) = dispatcher::run_embedded(&common, &delivery, sqlite, running, stop).await {
+                if let Err(error) = delivering.await {
                     tracing::error!(error = format!("{error:#}"), "delivery failed; stopping");
                     *fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
                     stop_listeners.cancel();

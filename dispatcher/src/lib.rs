@@ -12,7 +12,7 @@
 //! - [`recorder`]: batched writes of attempts and delivery state;
 //! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
-//!   `/metrics`, until shutdown; [`run_embedded`]: delivery inside the
+//!   `/metrics`, until shutdown; [`start_embedded`]: delivery inside the
 //!   standalone process.
 
 pub mod cache;
@@ -38,6 +38,7 @@ use axum::{
 use shared::{
     broker::Topology,
     config::CommonConfig,
+    keys::KeyCipher,
     store::{Store, sqlite::SqliteStore},
     tls,
 };
@@ -97,9 +98,25 @@ pub async fn main() -> anyhow::Result<()> {
     run(config, listener, shutdown).await
 }
 
+/// Refuses to deliver with a `KEY_ENCRYPTION_KEY` that cannot open the stored
+/// endpoint keys (another key, or none where keys were sealed): every message
+/// would fail to sign and go round for ever while the process looked healthy.
+async fn check_key(store: &Store, cipher: &KeyCipher) -> anyhow::Result<()> {
+    let newest = store.newest_sealed_key().await.context("read a stored endpoint key")?;
+    if let Some((id, sealed)) = newest
+        && cipher.open(&sealed, id.as_bytes()).is_err()
+    {
+        anyhow::bail!(
+            "KEY_ENCRYPTION_KEY cannot open the stored private key of endpoint {id}: \
+             start with the key the endpoint keys were sealed with"
+        );
+    }
+    Ok(())
+}
+
 /// The handler context over `store`, with the delivery client and an empty
 /// endpoint cache; `writers` tracks the recorder, which drains on shutdown.
-fn context(
+async fn context(
     common: &CommonConfig,
     delivery: &DeliveryConfig,
     store: Store,
@@ -107,6 +124,7 @@ fn context(
     writers: &TaskTracker,
 ) -> anyhow::Result<Arc<Context>> {
     let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
+    check_key(&store, &cipher).await?;
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let connect_timeout = common.delivery_timeout.min(Duration::from_secs(5));
     let client = tls::delivery_client(
@@ -137,7 +155,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);
     let writers = TaskTracker::new();
-    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers)?;
+    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers).await?;
 
     let health_stop = CancellationToken::new();
     tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
@@ -165,19 +183,25 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 /// Delivers from the SQLite store's own queue until `shutdown` (standalone
 /// mode: no broker, no listener of its own), then finishes what it holds
 /// within `SHUTDOWN_TIMEOUT`. `metrics` are served by the caller.
-pub async fn run_embedded(
+///
+/// What can fail at start (settings, a `KEY_ENCRYPTION_KEY` that cannot open
+/// the stored keys) fails here, before anything runs; the future it returns
+/// delivers.
+pub async fn start_embedded(
     common: &CommonConfig,
     delivery: &DeliveryConfig,
     store: SqliteStore,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<impl Future<Output = anyhow::Result<()>> + Send + use<>> {
     delivery.validate().map_err(anyhow::Error::msg)?;
     let writers = TaskTracker::new();
-    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers)?;
-    let result = source::embedded::run(context.clone(), store, shutdown).await;
-    drop(context);
-    writers.close();
-    writers.wait().await;
-    result
+    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers).await?;
+    Ok(async move {
+        let result = source::embedded::run(context.clone(), store, shutdown).await;
+        drop(context);
+        writers.close();
+        writers.wait().await;
+        result
+    })
 }

@@ -554,7 +554,7 @@ impl TestApi {
 
     /// [`TestApi::start_dispatcher`] with further dispatcher flags. In
     /// standalone mode this starts the instance's in-process delivery
-    /// (`dispatcher::run_embedded` over its store, as `webhooks-api
+    /// (`dispatcher::start_embedded` over its store, as `webhooks-api
     /// standalone` runs it), which stops with the handle. One at a time there:
     /// a second would release the first one's claims as a restart does.
     pub async fn start_dispatcher_with(&self, extra_args: &[&str]) -> anyhow::Result<TestDispatcher> {

@@ -43,9 +43,8 @@ impl TestDispatcher {
             let _ = axum::serve(listener, router).with_graceful_shutdown(listening.cancelled_owned()).await;
         });
         let (common, delivery) = (config.api.common, config.delivery);
-        let stop = shutdown.clone();
-        let running =
-            tokio::spawn(async move { dispatcher::run_embedded(&common, &delivery, store, metrics, stop).await });
+        let delivering = dispatcher::start_embedded(&common, &delivery, store, metrics, shutdown.clone()).await?;
+        let running = tokio::spawn(delivering);
         TestDispatcher::ready(TestDispatcher { addr, shutdown, running: Some(running) }, client).await
     }
 

@@ -1,6 +1,7 @@
 //! Operator settings and process behaviour: private keys sealed at rest with
 //! `KEY_ENCRYPTION_KEY` (API.md §6, §7), production keys (§1), and a stopping
-//! dispatcher finishing the attempt it holds (§7).
+//! dispatcher finishing the attempt it holds (§7), and delivery refusing to
+//! start with a key that cannot open the stored keys.
 
 mod common;
 
@@ -91,5 +92,28 @@ async fn a_stopping_dispatcher_finishes_the_attempt_it_holds() {
     assert_eq!(entries[0]["event_id"], event["event_id"]);
     assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty());
     assert_eq!(receiver.count(), 1);
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delivery_refuses_to_start_with_a_key_that_cannot_open_the_stored_keys() {
+    let options = ApiOptions { extra_args: vec!["--key-encryption-key".into(), KEK.into()], ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+
+    let other = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let refused = api.start_dispatcher_with(&["--key-encryption-key", other]).await.expect_err("started");
+    let message = format!("{refused:#}");
+    assert!(message.contains("KEY_ENCRYPTION_KEY cannot open"), "{message}");
+    assert!(message.contains(&id(&endpoint)), "{message}");
+
+    // With the right key it starts and delivers.
+    let mut dispatcher = api.start_dispatcher_with(&["--key-encryption-key", KEK]).await.unwrap();
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_events(&receiver, &[event_id(&event)], WAIT).await;
+    verify_all(&receiver, &endpoint);
+    dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
