@@ -87,7 +87,9 @@ impl EndpointCache {
     /// The endpoint as the database has it now, bypassing (and refreshing) the
     /// cache: for decisions that cannot be taken back.
     pub async fn reload(&self, id: &str) -> anyhow::Result<Option<Arc<Endpoint>>> {
-        self.invalidate(id);
+        // Not an invalidation: nothing changed that other loads could miss,
+        // so loads in flight elsewhere may still be cached.
+        self.lock().endpoints.remove(id);
         self.get(id).await
     }
 

@@ -281,7 +281,7 @@ async fn deliveries_stop_soon_after_an_endpoint_is_disabled_under_load() {
     let api = TestApi::start_with(options).await.unwrap();
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
-    receiver.reply_always(Reply::ok().after(Duration::from_millis(100)));
+    receiver.reply_always(Reply::ok().after(Duration::from_millis(500)));
     let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
     // A backlog, queued before delivery starts.
     let total = 600;

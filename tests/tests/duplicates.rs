@@ -92,7 +92,7 @@ async fn a_duplicate_first_attempt_after_success_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_duplicate_retry_does_not_fork_the_retry_chain() {
-    let api = TestApi::start_with(ApiOptions { retry_schedule: Some("2s,2s".into()), ..ApiOptions::default() })
+    let api = TestApi::start_with(ApiOptions { retry_schedule: Some("20s,1s".into()), ..ApiOptions::default() })
         .await
         .unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();

@@ -22,12 +22,12 @@ use serde_json::{Value, json};
 use tests::{ApiOptions, Reply, TestApi, WAIT};
 
 /// What was made less than this before a list was read must be in it:
-/// `RETENTION` (4 s) less a margin for the sweep's clock.
-const SURELY_KEPT: Duration = Duration::from_millis(2500);
+/// `RETENTION` (15 s) less a margin for the sweep's clock and a loaded machine.
+const SURELY_KEPT: Duration = Duration::from_millis(12_500);
 
 fn short_retention() -> ApiOptions {
     ApiOptions {
-        extra_args: ["--retention", "4s", "--retention-interval", "200ms"].map(String::from).to_vec(),
+        extra_args: ["--retention", "15s", "--retention-interval", "200ms"].map(String::from).to_vec(),
         ..ApiOptions::default()
     }
 }
@@ -85,7 +85,8 @@ async fn old_events_deliveries_and_logs_go_while_new_ones_stay() {
     })
     .await;
 
-    // Ingest goes on, an event every 100 ms, while the old ones expire.
+    // Ingest goes on, an event every 300 ms (so what is kept fits one page of
+    // each list), while the old ones expire.
     let made: Made = Mutex::default();
     let done = AtomicBool::new(false);
     let ingesting = async {
@@ -95,7 +96,7 @@ async fn old_events_deliveries_and_logs_go_while_new_ones_stay() {
             let at = event["event_created_at"].as_str().and_then(|at| at.parse().ok()).expect("event_created_at");
             made.lock().unwrap().push((at, event_id(&event)));
             n += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
     };
     let checking = async {
@@ -120,7 +121,7 @@ async fn old_events_deliveries_and_logs_go_while_new_ones_stay() {
 
     // Delivery went on too: the latest event arrives and is logged.
     let made = made.into_inner().unwrap();
-    assert!(made.len() >= 10, "ingest went on: {} events", made.len());
+    assert!(made.len() >= 5, "ingest went on: {} events", made.len());
     let (_, last) = made.last().cloned().expect("events were ingested");
     wait_for_events(&receiver, std::slice::from_ref(&last), WAIT).await;
     eventually("the latest event is logged", WAIT, async || {

@@ -6,8 +6,14 @@ use uuid::Uuid;
 use super::PgStore;
 use crate::{
     model::DeliveryLog,
-    store::{AttemptRecord, RetryStanding, StoreResult},
+    store::{AttemptRecord, DeliveryState, RetryStanding, StoreResult},
 };
+
+/// How an outcome ranks among outcomes of one delivery: its generation, its
+/// attempt, then success.
+fn newest_first(record: &AttemptRecord) -> (Option<i32>, Option<i32>, bool) {
+    (record.generation, record.log.as_ref().map(|l| l.attempt), record.state == DeliveryState::Succeeded)
+}
 
 impl PgStore {
     pub(in crate::store) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
@@ -23,6 +29,9 @@ impl PgStore {
             sqlx::query(
                 "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
                  SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[], $8::text[], $9::int4[], $10::timestamptz[])
+                        AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+                  -- A delivery retention removed (a late duplicate) has no log to keep.
+                  WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
@@ -38,18 +47,33 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        // One outcome per delivery: of several in a batch (duplicates), the
+        // newest, success first; one UPDATE may not apply two rows to one.
+        records.dedup_by(|later, kept| {
+            if later.delivery_id != kept.delivery_id {
+                return false;
+            }
+            if newest_first(later) > newest_first(kept) {
+                std::mem::swap(later, kept);
+            }
+            true
+        });
         // Settled deliveries stay settled, and only a newer attempt than the
         // last one recorded moves the state (see `AttemptRecord`).
         sqlx::query(
             "UPDATE deliveries d
                 SET state = u.state, next_attempt_at = u.next_attempt_at,
                     attempts = d.attempts + (u.attempt IS NOT NULL)::int,
-                    last_attempt = coalesce(u.attempt, d.last_attempt), updated_at = now()
+                    last_attempt = coalesce(u.attempt, d.last_attempt),
+                    last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
+                                                   ELSE d.generation END,
+                    updated_at = now()
                FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
                     AS u(id, state, next_attempt_at, attempt, generation)
               WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
                 AND (u.generation IS NULL OR d.generation = u.generation)
-                AND (u.attempt IS NULL OR u.attempt > d.last_attempt)",
+                AND (u.attempt IS NULL OR d.last_attempt_generation <> d.generation
+                     OR u.attempt > d.last_attempt)",
         )
         .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
@@ -70,7 +94,7 @@ impl PgStore {
     ) -> StoreResult<RetryStanding> {
         let current: Option<bool> = sqlx::query_scalar(
             "SELECT ($2::int4 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
-                    AND $3 > last_attempt
+                    AND (last_attempt_generation <> generation OR $3 > last_attempt)
                FROM deliveries WHERE id = $1",
         )
         .bind(delivery_id)

@@ -197,7 +197,7 @@ impl PgStore {
              VALUES ($1, $2, 'pending', $3, now())
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = now(), updated_at = now(),
-                    generation = deliveries.generation + 1, last_attempt = 0
+                    generation = deliveries.generation + 1
              RETURNING id, generation",
         )
         .bind(event_id)

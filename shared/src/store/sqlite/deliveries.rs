@@ -28,7 +28,9 @@ impl SqliteStore {
         for (record, log) in records.iter().filter_map(|r| r.log.as_ref().map(|l| (r, l))) {
             sqlx::query(
                 "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
+                  -- A delivery retention removed (a late duplicate) has no log to keep.
+                  WHERE EXISTS (SELECT 1 FROM deliveries WHERE id = $2)
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(log.id.hyphenated())
