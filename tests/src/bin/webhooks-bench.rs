@@ -193,6 +193,35 @@ async fn stop(mut child: Child) {
     let _ = child.kill().await;
 }
 
+/// The HTTP client of the bench: many connections to one host, dropped
+/// before the API's `HEADER_READ_TIMEOUT` closes them idle.
+fn bench_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?)
+}
+
+/// Registers the receiver at `receiver_port` as an endpoint of `key` at
+/// `api_url` and switches it on.
+async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, receiver_port: u16) -> anyhow::Result<()> {
+    let endpoint: Value = client
+        .post(format!("{api_url}/webhooks"))
+        .header("Api-Key", key)
+        .header("Idempotency-Key", "bench-endpoint")
+        .json(&json!({"url": format!("https://localhost:{receiver_port}/hook")}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let endpoint_id = endpoint["id"].as_str().context("endpoint id")?;
+    client
+        .put(format!("{api_url}/webhooks/{endpoint_id}"))
+        .header("Api-Key", key)
+        .json(&json!({"status": "active"}))
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(())
+}
+
 fn event_body(developer_id: &str, n: u64) -> Value {
     json!({
         "developer_id": developer_id,
@@ -340,25 +369,8 @@ async fn main() -> anyhow::Result<()> {
     let created: Value = serde_json::from_slice(&created.stdout).context("keys create output")?;
     let key = created["key"].as_str().context("key")?.to_owned();
     let developer_id = created["api_key"]["owner_id"].as_str().context("owner_id")?.to_owned();
-    let client =
-        reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?;
-    let endpoint: Value = client
-        .post(format!("{}/webhooks", stack.api_url))
-        .header("Api-Key", &key)
-        .header("Idempotency-Key", "bench-endpoint")
-        .json(&json!({"url": format!("https://localhost:{receiver_port}/hook")}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let endpoint_id = endpoint["id"].as_str().context("endpoint id")?.to_owned();
-    client
-        .put(format!("{}/webhooks/{endpoint_id}", stack.api_url))
-        .header("Api-Key", &key)
-        .json(&json!({"status": "active"}))
-        .send()
-        .await?
-        .error_for_status()?;
+    let client = bench_client()?;
+    active_endpoint(&client, &stack.api_url, &key, receiver_port).await?;
     let ingest_url = format!("{}/internal/events", stack.internal_url);
 
     // 2. Ingest with no dispatcher: the queue fills.
@@ -536,25 +548,8 @@ async fn standalone(
     let (api_url, internal_url) =
         (format!("http://127.0.0.1:{api_port}/v0"), format!("http://127.0.0.1:{internal_port}"));
     wait_ready(&format!("{internal_url}/readyz")).await?;
-    let client =
-        reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?;
-    let endpoint: Value = client
-        .post(format!("{api_url}/webhooks"))
-        .header("Api-Key", &key)
-        .header("Idempotency-Key", "bench-endpoint")
-        .json(&json!({"url": format!("https://localhost:{receiver_port}/hook")}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let endpoint_id = endpoint["id"].as_str().context("endpoint id")?.to_owned();
-    client
-        .put(format!("{api_url}/webhooks/{endpoint_id}"))
-        .header("Api-Key", &key)
-        .json(&json!({"status": "active"}))
-        .send()
-        .await?
-        .error_for_status()?;
+    let client = bench_client()?;
+    active_endpoint(&client, &api_url, &key, receiver_port).await?;
     let ingest_url = format!("{internal_url}/internal/events");
 
     let (t0, cpu0) = (Instant::now(), cpu_seconds(pid, ticks));
