@@ -265,6 +265,13 @@ async fn a_kill_9_mid_stream_loses_no_accepted_event() {
     })
     .await;
     verify_all(&receiver, &endpoint);
+    // The internal listener serves delivery's metrics beside the API's.
+    let metrics = setup.client.get(format!("http://{}/metrics", setup.internal)).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let succeeded = sample(&metrics, "webhooks_dispatcher_deliveries_total{outcome=\"succeeded\"}");
+    assert!(succeeded.is_some_and(|n| n >= 1.0), "no delivery metrics on /metrics:\n{metrics}");
+    let ingested = sample(&metrics, "webhooks_api_events_accepted_total");
+    assert!(ingested.is_some_and(|n| n >= 1.0), "no API metrics on /metrics:\n{metrics}");
     eprintln!(
         "{} events accepted ({at_kill} before the kill), {} distinct arrived, {} requests in all",
         accepted.len(),

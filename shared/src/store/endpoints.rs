@@ -99,6 +99,22 @@ pub struct EndpointChange {
 /// One recorded change: its kind and what it changed.
 pub type ChangeDetail = (ChangeKind, serde_json::Value);
 
+/// The named parts of a stored endpoint row (status, epoch, categories) as
+/// domain values; a name neither backend writes means the row is corrupt.
+pub(crate) fn parse_names<S: AsRef<str>>(
+    id: &str,
+    status: &str,
+    event_epoch: &str,
+    categories: &[S],
+) -> Result<(EndpointStatus, EventEpoch, Vec<Category>), crate::store::StoreError> {
+    let corrupt = |what: &str| crate::store::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    Ok((
+        status.parse().map_err(|()| corrupt("status"))?,
+        event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
+        categories.iter().map(|c| c.as_ref().parse().map_err(|()| corrupt("category"))).collect::<Result<_, _>>()?,
+    ))
+}
+
 /// The stored names of `categories`.
 pub(crate) fn category_names(categories: &[Category]) -> Vec<&'static str> {
     categories.iter().map(|c| c.as_str()).collect()

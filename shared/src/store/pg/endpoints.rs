@@ -11,7 +11,7 @@ use crate::{
     broker::{ChangeKind, EndpointChanged, Envelope, Message},
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
-        endpoints::{apply_update, category_names, created_details, normalised},
+        endpoints::{apply_update, category_names, created_details, normalised, parse_names},
     },
 };
 
@@ -32,15 +32,12 @@ struct Row {
 impl TryFrom<Row> for EndpointRecord {
     type Error = StoreError;
     fn try_from(row: Row) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {}: bad {what}", row.id));
+        let (status, event_epoch, event_categories) =
+            parse_names(&row.id, &row.status, &row.event_epoch, &row.event_categories)?;
         Ok(EndpointRecord {
-            status: row.status.parse().map_err(|()| corrupt("status"))?,
-            event_epoch: row.event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
-            event_categories: row
-                .event_categories
-                .iter()
-                .map(|c| c.parse().map_err(|()| corrupt("category")))
-                .collect::<Result<_, _>>()?,
+            status,
+            event_epoch,
+            event_categories,
             id: row.id,
             developer_id: row.developer_id,
             url: row.url,

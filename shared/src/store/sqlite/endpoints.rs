@@ -10,7 +10,7 @@ use crate::{
     broker::{ChangeKind, EndpointChanged},
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
-        endpoints::{apply_update, category_names, created_details, normalised},
+        endpoints::{apply_update, category_names, created_details, normalised, parse_names},
     },
 };
 
@@ -31,15 +31,13 @@ struct Row {
 impl TryFrom<Row> for EndpointRecord {
     type Error = StoreError;
     fn try_from(row: Row) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {}: bad {what}", row.id));
+        let categories = parse_list(&row.event_categories)
+            .ok_or_else(|| StoreError::Corrupt(format!("endpoint {}: bad categories", row.id)))?;
+        let (status, event_epoch, event_categories) = parse_names(&row.id, &row.status, &row.event_epoch, &categories)?;
         Ok(EndpointRecord {
-            status: row.status.parse().map_err(|()| corrupt("status"))?,
-            event_epoch: row.event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
-            event_categories: parse_list(&row.event_categories)
-                .ok_or_else(|| corrupt("categories"))?
-                .iter()
-                .map(|c| c.parse().map_err(|()| corrupt("category")))
-                .collect::<Result<_, _>>()?,
+            status,
+            event_epoch,
+            event_categories,
             created_at: time(row.created_at)?,
             updated_at: time(row.updated_at)?,
             id: row.id,
