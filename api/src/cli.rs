@@ -38,6 +38,32 @@ enum Command {
     },
     /// Print the OpenAPI document on stdout.
     Openapi,
+    /// The dead-letter queue `{QUEUE_PREFIX}.dead` of the distributed mode.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadLettersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadLettersCommand {
+    /// List what the dead-letter queue holds, oldest first (it keeps them).
+    List(DeadLettersArgs),
+    /// Put the delivery messages of the dead-letter queue back on the work
+    /// queue, oldest first.
+    Replay(DeadLettersArgs),
+}
+
+#[derive(Debug, Args)]
+struct DeadLettersArgs {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// At most this many messages.
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Print JSON instead of lines for people.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +140,28 @@ pub async fn main() -> anyhow::Result<()> {
             print(&format!("{out}\n"))
         }
         Command::Openapi => print(&crate::openapi::document()),
+        Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
+            shared::telemetry::init(args.common.log_format);
+            let listed = crate::dead_letters::list(&args.common, args.limit).await?;
+            print(&crate::dead_letters::render_list(&listed, args.json))
+        }
+        Command::DeadLetters { command: DeadLettersCommand::Replay(args) } => {
+            shared::telemetry::init(args.common.log_format);
+            let done = crate::dead_letters::replay(&args.common, args.limit, |done| {
+                if !args.json && done.replayed > 0 && done.replayed % 100 == 0 {
+                    eprintln!("replayed {}…", done.replayed);
+                }
+            })
+            .await?;
+            if args.json {
+                print(&format!("{}\n", serde_json::to_string(&done)?))
+            } else {
+                print(&format!(
+                    "replayed {} message(s) to the work queue; {} kept (not delivery messages)\n",
+                    done.replayed, done.kept
+                ))
+            }
+        }
     }
 }
 

@@ -74,7 +74,18 @@ pub struct Config {
     /// deletes batch after batch until nothing older is left.
     #[arg(long, env = "RETENTION_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub retention_interval: Duration,
+
+    /// Distributed mode: how often the sweeper looks for deliveries that are
+    /// due but that no queue holds, and how long past due they must be; it
+    /// queues them again (README, "Nothing stranded, nothing looping").
+    #[arg(long, env = "SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub sweep_interval: Duration,
 }
+
+/// The shortest `SWEEP_INTERVAL`: dispatchers send first attempts younger
+/// than this without checking their delivery (the hot path), so a sweep must
+/// never re-arm a delivery that recent.
+pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Parses `RETENTION`: a duration as [`parse_duration`] reads it, or `0`,
 /// which switches retention off (`parse_duration` refuses zero, which for
@@ -141,6 +152,15 @@ impl Config {
         }
         if self.rate_limit_per_second > 0 && self.rate_limit_burst == 0 {
             return Err("RATE_LIMIT_BURST must be at least 1 while RATE_LIMIT_PER_SECOND is set".into());
+        }
+        // A sweep re-arms deliveries due for longer than SWEEP_INTERVAL: that
+        // must lie past any attempt in flight and past the age below which a
+        // dispatcher trusts a first attempt without reading its delivery.
+        if self.sweep_interval < MIN_SWEEP_INTERVAL || self.sweep_interval <= self.common.delivery_timeout {
+            return Err(format!(
+                "SWEEP_INTERVAL ({:?}) must be at least {MIN_SWEEP_INTERVAL:?} and longer than DELIVERY_TIMEOUT ({:?})",
+                self.sweep_interval, self.common.delivery_timeout
+            ));
         }
         Ok(())
     }

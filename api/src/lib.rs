@@ -7,12 +7,14 @@
 //! - [`auth`] and [`idempotency`]: the middleware every public route runs;
 //! - [`internal`]: health, readiness and metrics on the internal listener;
 //! - [`relay`]: the outbox relay that publishes committed messages;
+//! - [`sweeper`]: queues again the deliveries no queue holds;
 //! - [`server`]: how both listeners bound slow and numerous clients;
 //! - [`run`]: starts all of it on given listeners until a shutdown token fires.
 
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod dead_letters;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
@@ -26,6 +28,7 @@ pub mod relay;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod sweeper;
 
 use std::{sync::Arc, time::Duration};
 
@@ -146,7 +149,15 @@ async fn serve(
                 broker_up: broker_tx,
                 metrics: metrics.clone(),
             };
+            let sweeper = sweeper::Sweeper {
+                store: relay.store.clone(),
+                amqp_url: common.amqp_url.clone(),
+                topology: topology.clone(),
+                interval: config.sweep_interval,
+                relay_wake: relay_wake.clone(),
+            };
             tasks.spawn(relay.run(background.clone()));
+            tasks.spawn(sweeper.run(background.clone()));
             (Some(broker_rx), None)
         }
         Mode::Standalone(None) => (None, None),

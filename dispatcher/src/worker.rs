@@ -13,7 +13,7 @@ use std::{
 
 use chrono::Utc;
 use shared::{
-    broker::DeliveryMessage,
+    broker::{DeliveryMessage, PARK_LIMIT},
     config::CommonConfig,
     model::DeliveryLog,
     store::{AttemptRecord, DeliveryState, RetryStanding, Store},
@@ -106,21 +106,23 @@ pub async fn handle(context: &Context, message: DeliveryMessage, ticket: Ticket)
 }
 
 async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
-    // A retry may have been overtaken by `send` (which re-arms the delivery
-    // with a new generation and its own message) or by success: then it goes
-    // no further. First attempts skip this read; theirs is the hot path.
-    if message.attempt > 1 {
+    // A message may have been overtaken: by `send` or the sweeper (which
+    // re-arm the delivery with a new generation and a message of their own),
+    // by success, or by a newer attempt. Then it goes no further. Fresh first
+    // attempts skip this read (theirs is the hot path): the sweeper only
+    // re-arms deliveries due for longer than `SWEEP_INTERVAL`.
+    if message.attempt > 1 || !fresh(&message) {
         let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
         match context.store.retry_standing(message.delivery_id, message.generation, attempt).await {
             Ok(RetryStanding::Current) => {}
             Ok(RetryStanding::Superseded) => {
-                tracing::debug!("retry superseded; dropped");
+                tracing::debug!("message superseded; dropped");
                 context.metrics.outcome("superseded");
                 return ticket.done();
             }
             Err(error) => {
                 tracing::error!(error = format!("{error:#}"), "cannot load the delivery");
-                return park(context, ticket, &message).await;
+                return park(context, ticket, &message, "cannot load the delivery").await;
             }
         }
     }
@@ -128,7 +130,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         Ok(endpoint) => endpoint,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "cannot load the endpoint");
-            return park(context, ticket, &message).await;
+            return park(context, ticket, &message, "cannot load the endpoint").await;
         }
     };
     let endpoint = match cached.filter(|e| decide::before_attempt(Some(e.status), message.force) == Before::Send) {
@@ -140,7 +142,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
                 Ok(fresh) => fresh,
                 Err(error) => {
                     tracing::error!(error = format!("{error:#}"), "cannot load the endpoint");
-                    return park(context, ticket, &message).await;
+                    return park(context, ticket, &message, "cannot load the endpoint").await;
                 }
             };
             match (decide::before_attempt(fresh.as_ref().map(|e| e.status), message.force), fresh) {
@@ -223,21 +225,79 @@ async fn finish(
     outcome: &'static str,
 ) {
     if context.recorder.record(record).await.is_err() {
-        return park(context, ticket, message).await;
+        return park(context, ticket, message, "cannot record the outcome").await;
     }
     context.metrics.outcome(outcome);
     ticket.done();
 }
 
-/// The store failed: put the message back for a later try without counting
-/// an attempt (so a long database outage cannot exhaust anything).
-async fn park(context: &Context, ticket: Ticket, message: &DeliveryMessage) {
+/// How young a first attempt must be to skip the standing check: far below
+/// any `SWEEP_INTERVAL`, far above the time from ingest to a dispatcher.
+const FRESH_FOR: Duration = Duration::from_secs(10);
+
+fn fresh(message: &DeliveryMessage) -> bool {
+    (Utc::now() - message.event_created_at).to_std().is_ok_and(|age| age < FRESH_FOR)
+}
+
+/// The record of a delivery given up on: `failed`, with `reason` as the error
+/// of its log entry.
+pub(crate) fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord {
+    let mut record = record(message, DeliveryState::Failed);
+    record.log = Some(DeliveryLog {
+        id: Uuid::now_v7(),
+        event_id: message.event_id.clone(),
+        attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
+        status: None,
+        response_body: None,
+        error: Some(format!(
+            "not sent: parked {} times ({reason}); send or recover it once the cause is fixed",
+            message.parks
+        )),
+        duration_ms: 0,
+        created_at: shared::time::now(),
+    });
+    record
+}
+
+/// Something failed before the attempt (`reason`): put the message back for a
+/// later try without counting an attempt, so a long database outage cannot
+/// exhaust the retry schedule; past [`PARK_LIMIT`] parks, give up on it.
+async fn park(context: &Context, ticket: Ticket, message: &DeliveryMessage, reason: &str) {
+    if message.parks >= PARK_LIMIT {
+        tracing::error!(parks = message.parks, reason, "message parked too often; dead-lettered");
+        return ticket.dead_letter(context, message, reason).await;
+    }
     defer(context, ticket, message, "parked").await;
 }
 
-/// Puts the message back for the shortest retry delay without counting an
-/// attempt: its endpoint has no free slot, or the store failed.
+/// Puts the message back without counting an attempt: its endpoint has no
+/// free slot, or something failed. Each park of the same attempt waits twice
+/// as long, from the shortest retry delay up to the longest, so a backlog
+/// behind a saturated endpoint does not cycle through the shortest retry
+/// queue without bound.
 async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, outcome: &'static str) {
-    let delay = context.common.retry_schedule.delays().iter().min().copied().unwrap_or(Duration::from_secs(1));
-    ticket.defer(context, message, delay, outcome).await;
+    let delay = park_delay(context.common.retry_schedule.delays(), message.parks);
+    let parked = DeliveryMessage { parks: message.parks.saturating_add(1), ..message.clone() };
+    ticket.defer(context, &parked, delay, outcome).await;
+}
+
+/// The wait before the next try of a message parked `parks` times already.
+fn park_delay(delays: &[Duration], parks: u32) -> Duration {
+    let shortest = delays.iter().min().copied().unwrap_or(Duration::from_secs(1));
+    let longest = delays.iter().max().copied().unwrap_or(shortest);
+    shortest.saturating_mul(1u32 << parks.min(20)).min(longest).max(shortest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parks_wait_twice_as_long_each_time_up_to_the_longest_delay() {
+        let delays = [Duration::from_secs(5), Duration::from_secs(300), Duration::from_secs(60)];
+        let waits: Vec<u64> = (0..8).map(|parks| park_delay(&delays, parks).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(park_delay(&delays, u32::MAX), Duration::from_secs(300));
+        assert_eq!(park_delay(&[Duration::from_millis(200)], 3), Duration::from_millis(200));
+    }
 }

@@ -30,6 +30,16 @@ pub const MESSAGE_VERSION: u32 = 1;
 /// the broker moves it to the dead-letter queue.
 pub const DELIVERY_LIMIT: i64 = 50;
 
+/// How many times a message may be parked for a failure (the store, an
+/// unreadable endpoint) before it is dead-lettered: with the doubling waits
+/// of a park, long enough to ride out a database restart, short enough that a
+/// message nobody can process stops cycling.
+pub const PARK_LIMIT: u32 = 10;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// Names of every exchange and queue of one deployment.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -229,6 +239,12 @@ pub struct DeliveryMessage {
     /// mixed-version deployment may deliver twice but never drops a delivery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i32>,
+    /// How often this attempt was put back without being made (the store
+    /// failed, the endpoint could not be read, or it had no free slot): each
+    /// time it waits longer, and past [`PARK_LIMIT`] parks for a failure it
+    /// is dead-lettered. 0 on every new attempt.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub parks: u32,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.

@@ -61,6 +61,7 @@ impl AmqpTicket {
 
     /// Parks the message in the retry queue for `delay` as a fresh message
     /// (so deferrals never run up the work queue's delivery limit), then acks.
+    /// `message` is the one to publish: it already counts this park.
     pub(super) async fn defer(
         self,
         context: &Context,
@@ -78,6 +79,11 @@ impl AmqpTicket {
                 Ticket::Amqp(self).requeue(context).await;
             }
         }
+    }
+
+    /// Rejects the message, which the work queue dead-letters to `{p}.dead`.
+    pub(super) fn dead_letter(self) {
+        self.session.settler.settle(self.tag, Fate::Reject);
     }
 }
 
@@ -226,7 +232,21 @@ fn invalidate(context: &Context, data: &[u8]) {
     }
 }
 
+/// Publishes a retry; when its queue is gone (deleted by hand, lost by the
+/// broker), declares the topology again and publishes once more, so one lost
+/// queue does not turn every retry into a requeue until the next reconnect.
 async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+    match publish_retry_once(session, message, delay).await {
+        Err(error) if error.is::<RetryQueueMissing>() => {
+            tracing::warn!(error = format!("{error:#}"), "declaring the queues again");
+            session.topology.declare(&session.publisher).await.context("declare topology")?;
+            publish_retry_once(session, message, delay).await
+        }
+        result => result,
+    }
+}
+
+async fn publish_retry_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
     let (queue, wait) = session.topology.retry_route(delay).context("RETRY_SCHEDULE has no delays")?;
     let payload = Envelope::new(Message::Delivery(message.clone())).to_bytes();
     let properties = broker::persistent_json().with_expiration(wait.as_millis().to_string().into());
@@ -247,7 +267,12 @@ async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Dura
         .context("confirm retry")?;
     match confirmation {
         Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
-        Confirmation::Ack(Some(_)) => anyhow::bail!("retry queue {queue} is missing"),
+        Confirmation::Ack(Some(_)) => Err(RetryQueueMissing(queue).into()),
         Confirmation::Nack(_) => anyhow::bail!("broker refused the retry"),
     }
 }
+
+/// The broker returned a retry: the queue it was published to is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("retry queue {0} is missing")]
+struct RetryQueueMissing(String);

@@ -54,12 +54,25 @@ impl EmbeddedTicket {
     ) {
         context.metrics.outcome(outcome);
         self.settled = true;
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay).await;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay, true).await;
     }
 
     pub(super) async fn requeue(mut self) {
         self.settled = true;
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO).await;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO, false).await;
+    }
+
+    /// Records the delivery `failed`, with `reason` in its log. While the
+    /// store fails, the delivery stays owed instead, due again after the
+    /// longest retry delay.
+    pub(super) async fn give_up(mut self, context: &Context, message: &DeliveryMessage, reason: &str) {
+        self.settled = true;
+        if context.recorder.record(worker::given_up(message, reason)).await.is_ok() {
+            self.wake.notify_one();
+            return;
+        }
+        let longest = context.common.retry_schedule.delays().iter().max().copied().unwrap_or(Duration::from_secs(60));
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, longest, false).await;
     }
 }
 
@@ -71,19 +84,27 @@ impl Drop for EmbeddedTicket {
         let (store, wake, delivery_id, generation) =
             (self.store.clone(), self.wake.clone(), self.delivery_id, self.generation);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO).await });
+            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO, false).await });
         }
     }
 }
 
 /// Releases the claim on a delivery, due again after `delay`, without
-/// counting an attempt. While the store fails (a full disk) it tries again,
-/// so the delivery is not left claimed, out of the queue, until a restart.
-async fn put_back(store: &SqliteStore, wake: &Notify, delivery_id: i64, generation: Option<i32>, delay: Duration) {
+/// counting an attempt (`parked`: counting a park). While the store fails (a
+/// full disk) it tries again, so the delivery is not left claimed, out of the
+/// queue, until a restart.
+async fn put_back(
+    store: &SqliteStore,
+    wake: &Notify,
+    delivery_id: i64,
+    generation: Option<i32>,
+    delay: Duration,
+    parked: bool,
+) {
     let mut pause = Duration::from_millis(100);
     loop {
         let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        match store.defer(delivery_id, generation, until).await {
+        match store.defer(delivery_id, generation, until, parked).await {
             Ok(()) => break,
             Err(error) => {
                 tracing::error!(error = format!("{error:#}"), delivery_id, "cannot put a delivery back; trying again");

@@ -45,11 +45,24 @@ impl Ticket {
         }
     }
 
-    /// Puts the message back for `delay` without counting an attempt.
+    /// Puts the message back for `delay` without counting an attempt;
+    /// `message` is the one to put back, counting this park.
     pub async fn defer(self, context: &Context, message: &DeliveryMessage, delay: Duration, outcome: &'static str) {
         match self {
             Ticket::Amqp(ticket) => ticket.defer(context, message, delay, outcome).await,
             Ticket::Embedded(ticket) => ticket.defer(context, message, delay, outcome).await,
+        }
+    }
+
+    /// Gives up on a message that could not be processed `PARK_LIMIT` times:
+    /// RabbitMQ dead-letters it to `{p}.dead` (the delivery stays owed, and
+    /// the sweeper queues it again later); the embedded queue records the
+    /// delivery `failed`, with `reason` in its log.
+    pub async fn dead_letter(self, context: &Context, message: &DeliveryMessage, reason: &str) {
+        context.metrics.outcome("dead_lettered");
+        match self {
+            Ticket::Amqp(ticket) => ticket.dead_letter(),
+            Ticket::Embedded(ticket) => ticket.give_up(context, message, reason).await,
         }
     }
 

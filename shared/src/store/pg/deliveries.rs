@@ -67,7 +67,7 @@ impl PgStore {
                     last_attempt = coalesce(u.attempt, d.last_attempt),
                     last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
                                                    ELSE d.generation END,
-                    updated_at = now()
+                    sweeps = 0, updated_at = now()
                FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
                     AS u(id, state, next_attempt_at, attempt, generation)
               WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')

@@ -196,7 +196,7 @@ impl PgStore {
             "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
              VALUES ($1, $2, 'pending', $3, now())
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
-                SET state = 'pending', next_attempt_at = now(), updated_at = now(),
+                SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
                     generation = deliveries.generation + 1
              RETURNING id, generation",
         )

@@ -10,8 +10,10 @@ mod events;
 mod idempotency;
 mod outbox;
 mod retention;
+mod sweep;
 
 pub use outbox::OutboxRow;
+pub use sweep::Swept;
 
 use sqlx::PgPool;
 

@@ -47,6 +47,7 @@ struct Row {
     delivery_id: Option<i64>,
     generation: Option<i32>,
     force: Option<bool>,
+    attempt: Option<i32>,
     event_id: Option<String>,
     endpoint_id: Option<String>,
     developer_id: Option<Uuid>,
@@ -65,9 +66,10 @@ impl Row {
             event_id: self.event_id?,
             endpoint_id: self.endpoint_id?,
             developer_id: self.developer_id?,
-            attempt: 1,
+            attempt: self.attempt.and_then(|a| u32::try_from(a).ok()).filter(|a| *a > 0).unwrap_or(1),
             force: self.force.unwrap_or(false),
             generation: self.generation,
+            parks: 0,
             body: self.body?,
             event_created_at: self.event_created_at?,
         };
@@ -86,7 +88,7 @@ impl PgStore {
     ) -> StoreResult<(Transaction<'static, Postgres>, Vec<OutboxRow>, Vec<i64>)> {
         let mut tx = self.pool.begin().await?;
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT o.id, o.exchange, o.routing_key, o.payload, o.delivery_id, o.generation, o.force,
+            "SELECT o.id, o.exchange, o.routing_key, o.payload, o.delivery_id, o.generation, o.force, o.attempt,
                     d.event_id, d.endpoint_id, e.developer_id, e.body, e.created_at AS event_created_at
                FROM outbox o
                LEFT JOIN deliveries d ON d.id = o.delivery_id

@@ -24,6 +24,7 @@ struct DueRow {
     next_attempt: i64,
     force: bool,
     generation: i32,
+    parks: i64,
     body: String,
     event_created_at: i64,
 }
@@ -41,6 +42,7 @@ impl TryFrom<DueRow> for DeliveryMessage {
             developer_id: row.developer_id.into_uuid(),
             force: row.force,
             generation: Some(row.generation),
+            parks: u32::try_from(row.parks).unwrap_or(u32::MAX),
             body: row.body,
         })
     }
@@ -59,7 +61,7 @@ impl SqliteStore {
         // The WHERE of the `deliveries_due` index, so the scan walks it.
         let rows: Vec<DueRow> = sqlx::query_as(
             "SELECT d.id, d.event_id, d.endpoint_id, e.developer_id, d.next_attempt, d.force, d.generation,
-                    e.body, e.created_at AS event_created_at
+                    d.parks, e.body, e.created_at AS event_created_at
                FROM deliveries d JOIN events e ON e.id = d.event_id
               WHERE d.state IN ('pending', 'retrying') AND d.claimed = 0 AND d.next_attempt_at <= $1
               ORDER BY d.next_attempt_at, d.id LIMIT $2",
@@ -105,18 +107,26 @@ impl SqliteStore {
     }
 
     /// Puts a claimed delivery back, due at `until`, without counting an
-    /// attempt: its endpoint had no free slot, or the store failed. Nothing
-    /// changes unless the delivery is still at `generation` (any, when `None`)
-    /// and still waiting for an attempt.
-    pub async fn defer(&self, delivery_id: i64, generation: Option<i32>, until: DateTime<Utc>) -> StoreResult<()> {
+    /// attempt: its endpoint had no free slot, or the store failed. `parked`
+    /// counts it as one more park of the attempt (a `requeue` does not).
+    /// Nothing changes unless the delivery is still at `generation` (any, when
+    /// `None`) and still waiting for an attempt.
+    pub async fn defer(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        parked: bool,
+    ) -> StoreResult<()> {
         sqlx::query(
-            "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4
+            "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4, parks = parks + $5
               WHERE id = $1 AND ($2 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
         )
         .bind(delivery_id)
         .bind(generation)
         .bind(micros(until))
         .bind(micros(crate::time::now()))
+        .bind(i64::from(parked))
         .execute(&self.writer)
         .await?;
         Ok(())

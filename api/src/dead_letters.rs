@@ -1,0 +1,199 @@
+//! `webhooks-api dead-letters list|replay`: what `{p}.dead` holds, and putting
+//! it back on the work queue. Messages land there when a dispatcher gave up
+//! on them (parked `PARK_LIMIT` times, handed back `DELIVERY_LIMIT` times, or
+//! unreadable). Their deliveries stay owed in the database, so the sweeper
+//! queues them again in any case; replay is for not waiting, or after fixing
+//! the cause. A replayed message whose delivery moved on meanwhile is dropped
+//! unsent by the dispatcher (it checks the generation), so replay never sends
+//! a delivery twice because of it.
+
+use anyhow::Context as _;
+use lapin::{
+    BasicProperties, Channel, Confirmation,
+    options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions},
+    types::{AMQPValue, FieldTable},
+};
+use serde::Serialize;
+use shared::{
+    broker::{self, Envelope, Message, Topology},
+    config::CommonConfig,
+};
+
+/// One message of `{p}.dead`, as listed.
+#[derive(Debug, Serialize)]
+pub struct DeadLetter {
+    /// The delivery it names; `None` for a message that is not a delivery.
+    pub delivery_id: Option<i64>,
+    pub event_id: Option<String>,
+    pub endpoint_id: Option<String>,
+    pub attempt: Option<u32>,
+    pub parks: Option<u32>,
+    /// Why the broker dead-lettered it (`rejected`, `delivery_limit`, …) and
+    /// from which queue, from its `x-death` header.
+    pub reason: Option<String>,
+    pub queue: Option<String>,
+    /// When it was dead-lettered, in seconds since the epoch.
+    pub dead_since: Option<u64>,
+    pub bytes: usize,
+}
+
+impl DeadLetter {
+    fn of(data: &[u8], properties: &BasicProperties) -> DeadLetter {
+        let delivery = match serde_json::from_slice::<Envelope>(data) {
+            Ok(Envelope { message: Message::Delivery(message), .. }) => Some(message),
+            _ => None,
+        };
+        let death = properties.headers().as_ref().and_then(first_death);
+        let text = |key: &str| match death.as_ref().and_then(|d| d.inner().get(key)) {
+            Some(AMQPValue::LongString(value)) => Some(value.to_string()),
+            Some(AMQPValue::ShortString(value)) => Some(value.to_string()),
+            _ => None,
+        };
+        let dead_since = match death.as_ref().and_then(|d| d.inner().get("time")) {
+            Some(AMQPValue::Timestamp(at)) => Some(*at),
+            _ => None,
+        };
+        DeadLetter {
+            delivery_id: delivery.as_ref().map(|m| m.delivery_id),
+            event_id: delivery.as_ref().map(|m| m.event_id.clone()),
+            endpoint_id: delivery.as_ref().map(|m| m.endpoint_id.clone()),
+            attempt: delivery.as_ref().map(|m| m.attempt),
+            parks: delivery.as_ref().map(|m| m.parks),
+            reason: text("reason"),
+            queue: text("queue"),
+            dead_since,
+            bytes: data.len(),
+        }
+    }
+
+    /// One line for people.
+    fn line(&self) -> String {
+        let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
+        match self.delivery_id {
+            Some(id) => format!(
+                "delivery {id}  event {}  endpoint {}  attempt {}  parks {}  {} from {}",
+                or_dash(self.event_id.clone()),
+                or_dash(self.endpoint_id.clone()),
+                or_dash(self.attempt.map(|a| a.to_string())),
+                or_dash(self.parks.map(|p| p.to_string())),
+                or_dash(self.reason.clone()),
+                or_dash(self.queue.clone()),
+            ),
+            None => format!(
+                "not a delivery message ({} bytes)  {} from {}",
+                self.bytes,
+                or_dash(self.reason.clone()),
+                or_dash(self.queue.clone())
+            ),
+        }
+    }
+}
+
+/// The newest entry of an `x-death` header.
+fn first_death(headers: &FieldTable) -> Option<FieldTable> {
+    match headers.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(deaths)) => deaths.as_slice().iter().find_map(|death| match death {
+            AMQPValue::FieldTable(table) => Some(table.clone()),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+async fn open(common: &CommonConfig) -> anyhow::Result<(lapin::Connection, Channel, Topology)> {
+    let connection = broker::connect(&common.amqp_url, "webhooks-api dead-letters")
+        .await
+        .context("connect to RabbitMQ (AMQP_URL); dead letters exist in the distributed mode only")?;
+    let channel = connection.create_channel().await?;
+    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
+    topology.declare(&channel).await.context("declare the queues")?;
+    Ok((connection, channel, topology))
+}
+
+/// Up to `limit` messages of `{p}.dead`, oldest first; they stay there.
+pub async fn list(common: &CommonConfig, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
+    let (connection, channel, topology) = open(common).await?;
+    let mut listed = Vec::new();
+    // Each message is held unacknowledged until the channel closes, so the
+    // next get returns the next one; closing hands them all back.
+    while listed.len() < limit {
+        let got = channel.basic_get(topology.dead().as_str().into(), BasicGetOptions { no_ack: false }).await?;
+        let Some(message) = got else { break };
+        listed.push(DeadLetter::of(&message.delivery.data, &message.delivery.properties));
+    }
+    let _ = channel.close(200, "listed".into()).await;
+    let _ = connection.close(200, "bye".into()).await;
+    Ok(listed)
+}
+
+/// What a replay did.
+#[derive(Debug, Default, Serialize)]
+pub struct Replayed {
+    /// Delivery messages put back on the work queue (with their park count
+    /// reset).
+    pub replayed: usize,
+    /// Messages left in `{p}.dead` because they are not delivery messages.
+    pub kept: usize,
+}
+
+/// Moves up to `limit` delivery messages from `{p}.dead` to the work queue:
+/// each is published (confirmed) before it is removed, so a failure midway
+/// duplicates at most one message and loses none. `progress` is called after
+/// each message.
+pub async fn replay(
+    common: &CommonConfig,
+    limit: usize,
+    mut progress: impl FnMut(&Replayed),
+) -> anyhow::Result<Replayed> {
+    let (connection, channel, topology) = open(common).await?;
+    let publisher = connection.create_channel().await?;
+    publisher.confirm_select(ConfirmSelectOptions::default()).await?;
+    let mut done = Replayed::default();
+    while done.replayed + done.kept < limit {
+        let got = channel.basic_get(topology.dead().as_str().into(), BasicGetOptions { no_ack: false }).await?;
+        let Some(message) = got else { break };
+        let Ok(Envelope { message: Message::Delivery(mut delivery), .. }) =
+            serde_json::from_slice::<Envelope>(&message.delivery.data)
+        else {
+            // Held unacknowledged until the channel closes, then back in place.
+            done.kept += 1;
+            progress(&done);
+            continue;
+        };
+        delivery.parks = 0;
+        let payload = Envelope::new(Message::Delivery(delivery)).to_bytes();
+        let confirmation = publisher
+            .basic_publish(
+                "".into(),
+                topology.deliveries().as_str().into(),
+                BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+                &payload,
+                broker::persistent_json(),
+            )
+            .await?
+            .await?;
+        anyhow::ensure!(
+            matches!(confirmation, Confirmation::Ack(None)),
+            "RabbitMQ did not take the replayed message: {confirmation:?}"
+        );
+        message.delivery.acker.ack(BasicAckOptions::default()).await?;
+        done.replayed += 1;
+        progress(&done);
+    }
+    let _ = channel.close(200, "replayed".into()).await;
+    let _ = connection.close(200, "bye".into()).await;
+    Ok(done)
+}
+
+/// Prints `listed` for people, or as a JSON array.
+pub fn render_list(listed: &[DeadLetter], json: bool) -> String {
+    if json {
+        return format!("{}\n", serde_json::to_string(listed).unwrap_or_default());
+    }
+    if listed.is_empty() {
+        return "no dead letters\n".into();
+    }
+    let mut out: String = listed.iter().map(|d| format!("{}\n", d.line())).collect();
+    out.push_str(&format!("{} dead letter(s)\n", listed.len()));
+    out
+}

@@ -1,0 +1,107 @@
+//! The sweeper of the distributed mode: every `SWEEP_INTERVAL`, deliveries
+//! that are owed, due for longer than `SWEEP_INTERVAL` and named by no outbox
+//! row are queued again under a new generation (see the README, "Nothing
+//! stranded, nothing looping"). Each batch is one statement with `SKIP
+//! LOCKED`, so any number of API processes sweep side by side.
+
+use std::{sync::Arc, time::Duration};
+
+use lapin::options::QueueDeclareOptions;
+use shared::{
+    broker::{self, Topology},
+    store::pg::{PgStore, Swept},
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Deliveries swept per statement.
+const BATCH: i64 = 500;
+/// Batches per round at most; the rest waits for the next round.
+const ROUND: usize = 40;
+/// Sweeps without an attempt in between after which a delivery is failed.
+pub const SWEEP_LIMIT: i32 = 5;
+
+/// What the sweeper needs.
+pub struct Sweeper {
+    pub store: PgStore,
+    pub amqp_url: String,
+    pub topology: Topology,
+    pub interval: Duration,
+    /// Wakes the relay once something was queued.
+    pub relay_wake: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Sweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweeper").field("interval", &self.interval).finish_non_exhaustive()
+    }
+}
+
+impl Sweeper {
+    /// Sweeps every `interval` until `shutdown`, the first time one interval
+    /// after the start (a process that just started has no view of the queue).
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(self.interval) => {}
+            }
+            match self.work_queue_depth().await {
+                Ok(0) => {}
+                Ok(ready) => {
+                    tracing::debug!(ready, "work queue has a backlog; sweeping next round");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::debug!(error = format!("{error:#}"), "cannot see the work queue; sweeping next round");
+                    continue;
+                }
+            }
+            self.round().await;
+        }
+    }
+
+    /// Messages ready in `{p}.deliveries`. A backlog there may hold the
+    /// deliveries that look stranded, so a round sweeps only when it is empty.
+    async fn work_queue_depth(&self) -> anyhow::Result<u32> {
+        let connection = broker::connect(&self.amqp_url, "webhooks-api sweeper").await?;
+        let channel = connection.create_channel().await?;
+        let queue = channel
+            .queue_declare(
+                self.topology.deliveries().as_str().into(),
+                QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                Default::default(),
+            )
+            .await;
+        let _ = connection.close(200, "bye".into()).await;
+        Ok(queue?.message_count())
+    }
+
+    async fn round(&self) {
+        let mut total = Swept::default();
+        for _ in 0..ROUND {
+            match self.store.sweep_stranded(self.interval, BATCH, SWEEP_LIMIT).await {
+                Ok(swept) => {
+                    total.queued += swept.queued;
+                    total.failed += swept.failed;
+                    if swept.queued > 0 {
+                        self.relay_wake.notify_one();
+                    }
+                    if swept.queued + swept.failed < u64::try_from(BATCH).unwrap_or(u64::MAX) {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(error = format!("{error:#}"), "sweep failed; trying next round");
+                    break;
+                }
+            }
+        }
+        if total.queued > 0 {
+            tracing::warn!(queued = total.queued, "stranded deliveries queued again");
+        }
+        if total.failed > 0 {
+            tracing::error!(failed = total.failed, "deliveries queued again {SWEEP_LIMIT} times in vain; failed");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Nothing stranded, nothing looping (README, "Nothing stranded, nothing
+//! looping"), in the distributed system: deliveries whose messages the broker
+//! lost are found by the sweeper and still arrive; a message that can never be
+//! processed stops cycling and lands in `{p}.dead`; `webhooks-api
+//! dead-letters list|replay` shows and replays what is there. Standalone mode
+//! has no broker to lose messages: its queue is the deliveries table.
+
+mod common;
+
+use std::{process::Stdio, time::Duration};
+
+use common::*;
+use lapin::{
+    Channel, Connection,
+    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions},
+    types::FieldTable,
+};
+use serde_json::Value;
+use shared::broker::{self, DeliveryMessage, Envelope, Message};
+use tests::{ApiOptions, Reply, TestApi, WAIT};
+
+/// The shortest sweep interval the API takes.
+const SWEEP: &str = "10s";
+
+/// Long enough for a sweep to find a stranded delivery and for it to arrive:
+/// two sweep intervals (a delivery must be due for one, and the round that
+/// sees it comes within another), plus the retry delay, plus slack.
+const SWEPT_WITHIN: Duration = Duration::from_secs(60);
+
+fn options(retry_schedule: &str, sweep: bool) -> ApiOptions {
+    let mut extra_args = Vec::new();
+    if sweep {
+        extra_args = vec!["--sweep-interval".into(), SWEEP.into()];
+    }
+    ApiOptions { retry_schedule: Some(retry_schedule.into()), extra_args, ..ApiOptions::default() }
+}
+
+async fn channel(api: &TestApi) -> (Connection, Channel) {
+    let connection = broker::connect(&api.amqp_url, "sweeper test").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    (connection, channel)
+}
+
+/// Messages ready in `queue`.
+async fn depth(channel: &Channel, queue: &str) -> u32 {
+    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(queue.into(), passive, FieldTable::default()).await.unwrap().message_count()
+}
+
+async fn outbox_rows(api: &TestApi) -> i64 {
+    let pool = api.store.postgres().expect("the distributed system").pool();
+    sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await.unwrap()
+}
+
+/// Waits until the relay published everything and `queue` holds `n` messages.
+async fn wait_queued(api: &TestApi, channel: &Channel, queue: &str, n: u32) {
+    eventually(&format!("{queue} holds {n} messages"), WAIT, async || {
+        let (rows, ready) = (outbox_rows(api).await, depth(channel, queue).await);
+        if rows == 0 && ready == n { Ok(()) } else { Err(format!("outbox {rows}, {queue} {ready}")) }
+    })
+    .await;
+}
+
+/// Runs `webhooks-api dead-letters <args> --json` against the instance's broker.
+fn dead_letters(api: &TestApi, args: &[&str]) -> Value {
+    let delays = api.config.common.retry_schedule.delays();
+    let schedule: Vec<String> = delays.iter().map(|d| format!("{}ms", d.as_millis())).collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_api-process"))
+        .arg("dead-letters")
+        .args(args)
+        .arg("--json")
+        .env_clear()
+        .env("AMQP_URL", &api.amqp_url)
+        .env("QUEUE_PREFIX", &api.prefix)
+        .env("RETRY_SCHEDULE", schedule.join(","))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "dead-letters {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("dead-letters {args:?} printed no JSON ({e}): {:?}", output.stdout))
+}
+
+async fn publish(channel: &Channel, queue: &str, payload: &[u8]) {
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    channel
+        .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), payload, broker::persistent_json())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_of_a_purged_work_queue_still_arrive_once() {
+    let api = TestApi::start_with(options("1s", true)).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok());
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let events = ingest_many(&api, key.developer_id(), "transfer", 20, 4).await;
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+
+    // With no dispatcher running, the broker holds the only messages: lose them.
+    let (connection, channel) = channel(&api).await;
+    let queue = format!("{}.deliveries", api.prefix);
+    wait_queued(&api, &channel, &queue, 20).await;
+    channel.queue_purge(queue.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+    assert_eq!(depth(&channel, &queue).await, 0);
+
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    wait_for_events(&receiver, &ids, SWEPT_WITHIN).await;
+    verify_all(&receiver, &endpoint);
+    // Swept once each: nothing sent twice, every delivery settled.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.count(), 20, "{:?}", received_ids(&receiver));
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty());
+    let entries = logs(&api, &key, &endpoint, "?limit=100").await;
+    assert_eq!(entries.len(), 20);
+    assert!(entries.iter().all(|l| l["attempt"] == 1 && l["status"] == 200), "{entries:?}");
+
+    let _ = connection.close(200, "done".into()).await;
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_in_a_deleted_retry_queue_still_arrives_as_the_next_attempt() {
+    // The retry waits 15 s in `{p}.retry.15000ms`: long enough to delete it.
+    let api = TestApi::start_with(options("15s", true)).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_sequence([Reply::status(500).body("not yet")]);
+    receiver.reply_always(Reply::ok());
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+
+    let (connection, channel) = channel(&api).await;
+    let retry_queue = format!("{}.retry.15000ms", api.prefix);
+    eventually("the retry is parked in its queue", WAIT, async || {
+        if depth(&channel, &retry_queue).await == 1 { Ok(()) } else { Err("not yet".to_owned()) }
+    })
+    .await;
+    channel.queue_delete(retry_queue.as_str().into(), QueueDeleteOptions::default()).await.unwrap();
+
+    let entries = eventually("the second attempt is logged", SWEPT_WITHIN + Duration::from_secs(15), async || {
+        let entries = logs(&api, &key, &endpoint, "").await;
+        if entries.len() == 2 { Ok(entries) } else { Err(format!("{entries:?}")) }
+    })
+    .await;
+    let attempts: Vec<_> = entries.iter().map(|l| (l["attempt"].clone(), l["status"].clone())).collect();
+    assert_eq!(attempts, [(2.into(), 200.into()), (1.into(), 500.into())], "the schedule went on where it was");
+    assert_eq!(received_ids(&receiver), [event_id(&event), event_id(&event)]);
+    verify_all(&receiver, &endpoint);
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "the delivery succeeded");
+
+    // Later retries find the queue again: the dispatcher declares it anew.
+    receiver.reply_sequence([Reply::status(500)]);
+    let second = ingest(&api, key.developer_id(), "transfer", 2).await;
+    eventually("the next retry is parked in a declared queue", WAIT, async || {
+        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        let (_c, fresh) = self::channel(&api).await;
+        match fresh.queue_declare(retry_queue.as_str().into(), passive, FieldTable::default()).await {
+            Ok(queue) if queue.message_count() == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(received_ids(&receiver).last(), Some(&event_id(&second)));
+
+    let _ = connection.close(200, "done".into()).await;
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_cannot_be_read_stops_cycling_and_is_dead_lettered() {
+    // One short retry delay: parks wait 200 ms each, and 10 parks dead-letter.
+    let api = TestApi::start_with(options("200ms", false)).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    // A damaged row: its private key no longer opens.
+    let pool = api.store.postgres().unwrap().pool();
+    sqlx::query("UPDATE endpoints SET private_key = '\\x0102'::bytea WHERE id = $1")
+        .bind(id(&endpoint))
+        .execute(pool)
+        .await
+        .unwrap();
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+
+    let listed = eventually("the message reaches the dead-letter queue", WAIT, async || {
+        let listed = dead_letters(&api, &["list"]);
+        if listed.as_array().is_some_and(|l| l.len() == 1) { Ok(listed) } else { Err(listed.to_string()) }
+    })
+    .await;
+    let dead = &listed[0];
+    assert_eq!(dead["event_id"], event_id(&event).as_str(), "{dead}");
+    assert_eq!(dead["endpoint_id"], id(&endpoint).as_str(), "{dead}");
+    assert_eq!(dead["parks"], 10, "{dead}");
+    assert_eq!(dead["reason"], "rejected", "{dead}");
+    let text = metrics(&api.client, dispatcher.addr).await;
+    let outcome = |name: &str| {
+        sample(&text, &format!("webhooks_dispatcher_deliveries_total{{outcome=\"{name}\"}}")).unwrap_or(0.0)
+    };
+    assert_eq!(outcome("dead_lettered"), 1.0, "{text}");
+    assert_eq!(outcome("parked"), 10.0, "parked ten times, then given up: {text}");
+    // It stopped cycling: nothing parks any more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = metrics(&api.client, dispatcher.addr).await;
+    assert_eq!(sample(&again, "webhooks_dispatcher_deliveries_total{outcome=\"parked\"}"), Some(10.0), "{again}");
+    assert_eq!(receiver.count(), 0);
+    // Listing keeps the message where it is.
+    assert_eq!(dead_letters(&api, &["list"]).as_array().map(Vec::len), Some(1));
+    // The delivery is still owed: the sweeper would queue it again.
+    assert_eq!(upcoming_ids(&api, &key, &endpoint).await, [event_id(&event)]);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
+    let api = TestApi::start_with(options("1s", false)).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok());
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+
+    // The delivery's message moves from the work queue to `{p}.dead`, as a
+    // dispatcher giving up would leave it, beside a message nobody can read.
+    let (connection, channel) = channel(&api).await;
+    let (work, dead) = (format!("{}.deliveries", api.prefix), format!("{}.dead", api.prefix));
+    wait_queued(&api, &channel, &work, 1).await;
+    channel.queue_purge(work.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+    let pool = api.store.postgres().unwrap().pool();
+    let (delivery_id, generation): (i64, i32) =
+        sqlx::query_as("SELECT id, generation FROM deliveries WHERE event_id = $1")
+            .bind(event_id(&event))
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let message = DeliveryMessage {
+        delivery_id,
+        event_id: event_id(&event),
+        endpoint_id: id(&endpoint),
+        developer_id: key.developer_id(),
+        attempt: 1,
+        force: false,
+        generation: Some(generation),
+        parks: 10,
+        body: event.to_string(),
+        event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
+    };
+    publish(&channel, &dead, &Envelope::new(Message::Delivery(message)).to_bytes()).await;
+    publish(&channel, &dead, b"not json").await;
+
+    let listed = dead_letters(&api, &["list"]);
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[0]["delivery_id"], delivery_id, "{listed:?}");
+    assert_eq!(listed[0]["parks"], 10, "{listed:?}");
+    assert!(listed[1]["delivery_id"].is_null(), "{listed:?}");
+    assert_eq!(depth(&channel, &dead).await, 2, "listing leaves them there");
+
+    let replayed = dead_letters(&api, &["replay"]);
+    assert_eq!((replayed["replayed"].as_u64(), replayed["kept"].as_u64()), (Some(1), Some(1)), "{replayed}");
+    assert_eq!(depth(&channel, &dead).await, 1, "the unreadable message stays");
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    wait_for_events(&receiver, &[event_id(&event)], WAIT).await;
+    verify_all(&receiver, &endpoint);
+    wait_upcoming(&api, &key, &endpoint, &event_id(&event), false).await;
+    assert_eq!(receiver.count(), 1);
+
+    let _ = connection.close(200, "done".into()).await;
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+/// Makes every owed delivery of the instance look stranded: due long ago, no
+/// outbox row (the relay has nothing to publish, nothing is consumed).
+async fn strand_all(api: &TestApi) {
+    let pool = api.store.postgres().unwrap().pool();
+    sqlx::query("DELETE FROM outbox WHERE delivery_id IS NOT NULL").execute(pool).await.unwrap();
+    sqlx::query(
+        "UPDATE deliveries SET next_attempt_at = now() - interval '1 hour' WHERE state IN ('pending', 'retrying')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit() {
+    let api = TestApi::start_with(options("1s", false)).await.unwrap();
+    let key = api.new_developer().await;
+    let endpoint = active_endpoint(&api, &key, &api.receiver().await.url()).await;
+    let events = ingest_many(&api, key.developer_id(), "transfer", 50, 4).await;
+    let store = api.store.postgres().unwrap().clone();
+    let pool = store.pool().clone();
+    let owed = Duration::from_secs(10);
+
+    // Four sweepers at once, as four API processes: each delivery once.
+    strand_all(&api).await;
+    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(owed, 7, 5))).await;
+    let mut queued: u64 = sweeps.iter().map(|s| s.as_ref().unwrap().queued).sum();
+    while let swept = store.sweep_stranded(owed, 500, 5).await.unwrap()
+        && swept.queued > 0
+    {
+        queued += swept.queued;
+    }
+    assert_eq!(queued, 50);
+    let (rows, distinct): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT delivery_id) FROM outbox WHERE delivery_id IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((rows, distinct), (50, 50), "one outbox row per delivery");
+    let generations: Vec<i32> =
+        sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(&pool).await.unwrap();
+    assert_eq!(generations, [1], "each moved to a new generation once");
+    // Nothing is due any more: a sweep right after finds nothing.
+    assert_eq!(store.sweep_stranded(owed, 500, 5).await.unwrap().queued, 0);
+
+    // Swept four more times in vain (five in all), the sixth sweep gives up.
+    for _ in 0..4 {
+        strand_all(&api).await;
+        assert_eq!(store.sweep_stranded(owed, 500, 5).await.unwrap().queued, 50);
+    }
+    strand_all(&api).await;
+    let last = store.sweep_stranded(owed, 500, 5).await.unwrap();
+    assert_eq!((last.queued, last.failed), (0, 50));
+    assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "failed deliveries are not upcoming");
+    let entries = logs(&api, &key, &endpoint, "?limit=100").await;
+    assert_eq!(entries.len(), 50);
+    assert!(
+        entries
+            .iter()
+            .all(|l| l["status"].is_null() && l["error"].as_str().is_some_and(|e| e.contains("never processed"))),
+        "{entries:?}"
+    );
+    // `send` still delivers one.
+    assert_sent(&send(&api, &key, &endpoint, &event_id(&events[0])).await);
+
+    api.shutdown().await.unwrap();
+}
