@@ -12,8 +12,6 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 
-/// The migrations in `shared/migrations`, embedded in every binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Opens a pool of at most `max_connections`. Connections are made lazily, so a
 /// database that is down at start only fails the requests that need it.
@@ -28,9 +26,15 @@ pub fn pool(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Er
 }
 
 /// Applies every pending migration; safe to run from several processes at once
-/// (sqlx takes an advisory lock).
+/// (sqlx takes an advisory lock). Migrations this binary does not know (a
+/// newer version applied them) are no error: during a rolling upgrade a
+/// process of the previous version must still (re)start, and migrations only
+/// add what older readers ignore.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+    // The migrations in `shared/migrations`, embedded in every binary.
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await
 }
 
 /// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
