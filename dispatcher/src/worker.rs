@@ -281,10 +281,14 @@ async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, out
     ticket.defer(context, &parked, delay, outcome).await;
 }
 
+/// The longest a parked message waits: a saturated endpoint's backlog is
+/// looked at again at least this often, whatever the retry schedule.
+const PARK_AT_MOST: Duration = Duration::from_secs(300);
+
 /// The wait before the next try of a message parked `parks` times already.
 fn park_delay(delays: &[Duration], parks: u32) -> Duration {
     let shortest = delays.iter().min().copied().unwrap_or(Duration::from_secs(1));
-    let longest = delays.iter().max().copied().unwrap_or(shortest);
+    let longest = delays.iter().max().copied().unwrap_or(shortest).min(PARK_AT_MOST);
     shortest.saturating_mul(1u32 << parks.min(20)).min(longest).max(shortest)
 }
 
@@ -294,10 +298,14 @@ mod tests {
 
     #[test]
     fn parks_wait_twice_as_long_each_time_up_to_the_longest_delay() {
-        let delays = [Duration::from_secs(5), Duration::from_secs(300), Duration::from_secs(60)];
+        let delays = [Duration::from_secs(5), Duration::from_secs(120), Duration::from_secs(60)];
         let waits: Vec<u64> = (0..8).map(|parks| park_delay(&delays, parks).as_secs()).collect();
-        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
-        assert_eq!(park_delay(&delays, u32::MAX), Duration::from_secs(300));
+        assert_eq!(waits, [5, 10, 20, 40, 80, 120, 120, 120]);
+        assert_eq!(park_delay(&delays, u32::MAX), Duration::from_secs(120));
+        // Never longer than five minutes, however long the schedule's delays.
+        let default: shared::config::RetrySchedule = shared::config::DEFAULT_RETRY_SCHEDULE.parse().unwrap();
+        let waits: Vec<u64> = (0..10).map(|parks| park_delay(default.delays(), parks).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
         assert_eq!(park_delay(&[Duration::from_millis(200)], 3), Duration::from_millis(200));
     }
 }
