@@ -12,7 +12,6 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 
-
 /// Opens a pool of at most `max_connections`. Connections are made lazily, so a
 /// database that is down at start only fails the requests that need it.
 pub fn pool(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

@@ -608,6 +608,27 @@ impl TestApi {
         dump
     }
 
+    /// Runs one SQL statement on the instance's own database, behind its
+    /// back (to damage a row as a failing disk or a bad restore would):
+    /// PostgreSQL, or the SQLite file of the standalone `DATA_DIR` through a
+    /// connection of its own. `$1` is bound to `param`.
+    pub async fn execute_sql(&self, sql: &str, param: &str) {
+        match &self.data_dir {
+            Some(DataDir(dir)) => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(dir.join(shared::store::sqlite::DATABASE_FILE))
+                    .busy_timeout(std::time::Duration::from_secs(10));
+                let pool = sqlx::SqlitePool::connect_with(options).await.expect("open the SQLite file");
+                sqlx::query(sql).bind(param).execute(&pool).await.expect("run SQL on SQLite");
+                pool.close().await;
+            }
+            None => {
+                let pool = self.store.postgres().expect("a distributed instance runs on PostgreSQL").pool();
+                sqlx::query(sql).bind(param).execute(pool).await.expect("run SQL on PostgreSQL");
+            }
+        }
+    }
+
     /// Cancels the shutdown token and waits for `api::run` to return its result.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();

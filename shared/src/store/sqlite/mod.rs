@@ -43,7 +43,7 @@ use crate::broker::EndpointChanged;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-sqlite");
 
 /// The database file inside `DATA_DIR`.
-const DATABASE_FILE: &str = "webhooks.db";
+pub const DATABASE_FILE: &str = "webhooks.db";
 
 /// Read-only connections beside the writer.
 const READERS: u32 = 4;
