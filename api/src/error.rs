@@ -25,28 +25,41 @@ pub enum Location {
 pub struct ErrorSource {
     pub location: Location,
     /// Comma-separated names of the offending fields, parameters or headers.
+    #[schema(min_length = 1)]
     pub key: String,
 }
 
 /// One entry of the `errors` list of a 500.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorItem {
+    #[schema(min_length = 1, max_length = 256)]
     pub code: &'static str,
+    #[schema(min_length = 1, max_length = 512)]
     pub message: String,
 }
 
-/// Every error body. Field order is the wire order.
+/// Every error body (API.md §2). Field order is the wire order.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
+    /// Stable, for programs: `required`, `invalid`, `limit_exceeded`,
+    /// `forbidden`, `not_found`, `method_not_allowed`, `invalid_state`,
+    /// `timeout`, `too_large`, `unsupported_media_type`,
+    /// `idempotency_key_reused`, `rate_limited`, `unexpected`.
+    #[schema(min_length = 1, max_length = 256)]
     pub code: &'static str,
     /// Only on the two 401 bodies, which repeat `source` at the top level.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+    /// Only on the two 401 bodies: `Api-Key`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<&'static str>,
+    /// For people; may change.
+    #[schema(min_length = 1, max_length = 512)]
     pub message: String,
+    /// The part of the request at fault, where there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<ErrorSource>,
+    /// Only on a 500: one entry, `unexpected`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub errors: Option<Vec<ErrorItem>>,
 }
@@ -82,6 +95,12 @@ pub enum ApiError {
     RateLimited(std::time::Duration),
     #[error("request not completed within {0:?}")]
     Timeout(std::time::Duration),
+    #[error("request headers too large")]
+    HeadersTooLarge,
+    #[error("request target too long")]
+    UriTooLong,
+    #[error("request line or headers malformed")]
+    MalformedHead,
     #[error("internal error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -113,6 +132,9 @@ impl ApiError {
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ApiError::MalformedHead => StatusCode::BAD_REQUEST,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -175,6 +197,15 @@ impl ApiError {
                 "timeout",
                 format!("The request was not completed within {} s; send it again", limit.as_secs_f64()),
             ),
+            ApiError::HeadersTooLarge => plain(
+                "too_large",
+                "The request headers are too large (at most 100 headers and about 400 KiB with the request line)"
+                    .into(),
+            ),
+            ApiError::UriTooLong => plain("too_large", "The request target (path and query) is too long".into()),
+            ApiError::MalformedHead => {
+                plain("invalid", "The request line or a header could not be parsed as HTTP/1.1".into())
+            }
             ApiError::Unexpected(_) => {
                 let message = "An unexpected error occurred; please try again".to_owned();
                 ErrorBody {
@@ -200,7 +231,12 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited(wait) = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
-        if let ApiError::TooLarge | ApiError::Timeout(_) = &self {
+        if let ApiError::TooLarge
+        | ApiError::Timeout(_)
+        | ApiError::HeadersTooLarge
+        | ApiError::UriTooLong
+        | ApiError::MalformedHead = &self
+        {
             // The rest of the body may stay unread, so the server closes
             // the connection: say so, or a client may send its next request
             // on it and lose that request.

@@ -1,6 +1,8 @@
 //! Extractors whose rejections speak the error model: JSON bodies and query
 //! strings with the offending field named in `source.key`.
 
+use std::borrow::Cow;
+
 use axum::{
     body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
@@ -45,12 +47,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     }
 }
 
-/// Deserializes JSON, naming the field at fault.
+/// Deserializes a JSON object, naming the field at fault.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Syntax first: serde_json reports some type mismatches (a number where an
     // enum name belongs) as syntax errors, which must still name their field.
     if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
         return Err(ApiError::invalid(Location::Body, "body", "The request body is not valid JSON"));
+    }
+    // Every body is an object; serde would also read a struct from an array
+    // of its fields in order (`[null, "active"]`), which no client means.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid(Location::Body, "body", "The request body must be a JSON object"));
     }
     let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(deserializer).map_err(|error| {
@@ -62,9 +69,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             return ApiError::required(Location::Body, key, format!("The field {missing} is required"));
         }
         if let Some(unknown) = text.strip_prefix("unknown field `").and_then(|t| t.split('`').next()) {
+            if unknown.is_empty() {
+                return ApiError::invalid(Location::Body, "body", "Unknown field with an empty name");
+            }
             return ApiError::invalid(Location::Body, unknown, format!("Unknown field {unknown}"));
         }
-        let key = field.unwrap_or("body").to_owned();
+        let key = field.filter(|f| !f.is_empty()).unwrap_or("body").to_owned();
         ApiError::invalid(Location::Body, key.clone(), format!("The field {key} is invalid: {}", public_reason(&text)))
     })
 }
@@ -90,14 +100,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
-        let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded_parse(query));
+        let query = named_pairs(parts.uri.query().unwrap_or_default());
+        let deserializer = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(deserializer).map(Query).map_err(|error| {
             let text = error.inner().to_string();
             if let Some(unknown) = text.strip_prefix("unknown field `").and_then(|t| t.split('`').next()) {
-                return ApiError::invalid(Location::Query, unknown, format!("Unknown query parameter {unknown}"));
+                let key = if unknown.is_empty() { "query" } else { unknown };
+                return ApiError::invalid(Location::Query, key, format!("Unknown query parameter {unknown}"));
             }
-            let key = top_level_field(error.path()).unwrap_or("query").to_owned();
+            let key = top_level_field(error.path()).filter(|f| !f.is_empty()).unwrap_or("query").to_owned();
             ApiError::invalid(Location::Query, key.clone(), format!("The query parameter {key} is invalid"))
         })
     }
@@ -119,8 +130,15 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     }
 }
 
-fn form_urlencoded_parse(query: &str) -> url::form_urlencoded::Parse<'_> {
-    url::form_urlencoded::parse(query.as_bytes())
+/// The query less its pairs without a name (`?=`, `?=x`): they name no
+/// parameter, so there is nothing to refuse them by.
+fn named_pairs(query: &str) -> Cow<'_, str> {
+    let pairs = url::form_urlencoded::parse(query.as_bytes());
+    if pairs.clone().all(|(name, _)| !name.is_empty()) {
+        return Cow::Borrowed(query);
+    }
+    let named = pairs.filter(|(name, _)| !name.is_empty());
+    Cow::Owned(url::form_urlencoded::Serializer::new(String::new()).extend_pairs(named).finish())
 }
 
 #[cfg(test)]
@@ -144,6 +162,26 @@ mod tests {
         kinds: Vec<shared::model::Category>,
     }
 
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Page {
+        limit: Option<i64>,
+    }
+
+    async fn query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+        let request = axum::http::Request::get(format!("/p?{query}")).body(()).unwrap();
+        let (mut parts, ()) = request.into_parts();
+        Query::<T>::from_request_parts(&mut parts, &()).await.map(|Query(q)| q)
+    }
+
+    #[tokio::test]
+    async fn nameless_query_pairs_are_nothing_and_unknown_names_are_named() {
+        assert_eq!(query::<Page>("=&limit=5&=x").await.unwrap().limit, Some(5));
+        assert_eq!(source(query::<Page>("limt=5").await.unwrap_err()), ("invalid", "limt".into()));
+        assert_eq!(source(query::<Page>("limit=x").await.unwrap_err()), ("invalid", "limit".into()));
+    }
+
     fn source(error: ApiError) -> (&'static str, String) {
         let body = error.body();
         (body.code, body.source.map(|s| s.key).unwrap_or_default())
@@ -157,6 +195,10 @@ mod tests {
         assert_eq!(source(parse_json::<Body>(br#"{"url":"x","y":1}"#).unwrap_err()), ("invalid", "y".into()));
         assert_eq!(source(parse_json::<Body>(b"{\"url\":").unwrap_err()), ("invalid", "body".into()));
         assert_eq!(source(parse_json::<Body>(b"[1]").unwrap_err()).0, "invalid");
+        assert_eq!(source(parse_json::<Body>(br#"["x", []]"#).unwrap_err()), ("invalid", "body".into()));
+        assert_eq!(source(parse_json::<Body>(b"null").unwrap_err()), ("invalid", "body".into()));
+        assert!(parse_json::<Body>(br#" {"url":"x"}"#).is_ok());
+        assert_eq!(source(parse_json::<Body>(br#"{"url":"x","":1}"#).unwrap_err()), ("invalid", "body".into()));
         assert_eq!(source(parse_json::<Kinds>(br#"{"kinds":[1]}"#).unwrap_err()), ("invalid", "kinds".into()));
     }
 }

@@ -7,7 +7,11 @@
 //!   (which also closes a kept-alive connection idle that long), and an answer
 //!   the client takes no byte of for as long closes the connection too;
 //! - a whole request, its body included, must be answered within
-//!   `REQUEST_TIMEOUT`, or it answers 408 `timeout` ([`request_timeout`]).
+//!   `REQUEST_TIMEOUT`, or it answers 408 `timeout` ([`request_timeout`]);
+//! - a request head hyper refuses before the router sees it (431: more than
+//!   100 headers, or a head over about 400 KiB; 414: a target over 64 KiB;
+//!   400: a request line or header it cannot parse) answers in the error
+//!   shape like every other error ([`Refusal`]), not with hyper's empty body.
 //!
 //! On shutdown the listener closes, connections with no request in flight
 //! close at once (idle ones, and ones still sending their headers), and
@@ -17,13 +21,13 @@
 use std::{
     convert::Infallible,
     future::Future,
-    io,
+    io::{self, IoSlice},
     pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
     },
-    task::{Context, Poll},
+    task::{Context, Poll, ready},
     time::Duration,
 };
 
@@ -218,19 +222,127 @@ fn counted(app: Router, in_flight: InFlight) -> impl Fn(hyper::Request<hyper::bo
     }
 }
 
+/// hyper answers a request head it cannot take itself, before any service
+/// sees a request, and closes the connection: 431, 414 or 400 with an empty
+/// body. [`WriteStall`] recognises such an answer as it is written and writes
+/// this instead: the same status with the contract's error body.
+#[derive(Debug)]
+struct Refusal {
+    /// The whole answer: head and body.
+    bytes: Vec<u8>,
+    /// How much of it is written.
+    written: usize,
+}
+
+impl Refusal {
+    /// The rewritten answer, when `head` starts with one of hyper's automatic
+    /// answers, and the length of that answer's head (all of it: its body is
+    /// empty). An answer of the router always carries `Content-Type`, and a
+    /// body chunk cannot pass for a head: the bodies are JSON, whose strings
+    /// escape CR and LF.
+    fn of(head: &[u8]) -> Option<(Refusal, usize)> {
+        if !(head.starts_with(b"HTTP/1.1 ") || head.starts_with(b"HTTP/1.0 ")) {
+            return None;
+        }
+        let error = match head.get(9..13)? {
+            b"431 " => ApiError::HeadersTooLarge,
+            b"414 " => ApiError::UriTooLong,
+            b"400 " => ApiError::MalformedHead,
+            _ => return None,
+        };
+        let end = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let text = std::str::from_utf8(&head[..end]).ok()?;
+        let lines = text.split("\r\n").skip(1).filter(|line| !line.is_empty());
+        let mut kept = Vec::new();
+        for line in lines {
+            let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+            match name.as_str() {
+                "content-type" => return None,
+                "content-length" | "connection" | "transfer-encoding" => {}
+                _ => kept.push(line),
+            }
+        }
+        let body = serde_json::to_vec(&error.body()).ok()?;
+        let status = error.status();
+        let mut bytes = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or_default(),
+            body.len()
+        )
+        .into_bytes();
+        for line in kept {
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.extend_from_slice(b"\r\n");
+        }
+        bytes.extend_from_slice(b"\r\n");
+        bytes.extend_from_slice(&body);
+        tracing::debug!(%status, "request head refused");
+        Some((Refusal { bytes, written: 0 }, end))
+    }
+}
+
 /// A TCP stream whose writes fail when the client takes no byte for `limit`:
 /// an answer the client does not read cannot hold a connection (and a slot
-/// of `MAX_CONNECTIONS`) for ever.
+/// of `MAX_CONNECTIONS`) for ever. It also puts hyper's automatic answers
+/// into the error shape ([`Refusal`]).
 #[derive(Debug)]
 struct WriteStall {
     stream: TcpStream,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
+    /// A rewritten automatic answer: once it is out, nothing else is (hyper
+    /// closes the connection after it).
+    refusal: Option<Refusal>,
 }
 
 impl WriteStall {
     fn new(stream: TcpStream, limit: Duration) -> WriteStall {
-        WriteStall { stream, limit, stalled: None }
+        WriteStall { stream, limit, stalled: None, refusal: None }
+    }
+
+    /// Takes an automatic answer of hyper's that starts `bufs` in place of
+    /// writing it: how many bytes of `bufs` that answer is. hyper encodes a
+    /// head whole before it writes it, into a buffer of its own: the first.
+    fn intercept(&mut self, bufs: &[IoSlice<'_>]) -> Option<usize> {
+        let first = bufs.iter().find(|b| !b.is_empty())?;
+        let (refusal, consumed) = Refusal::of(first)?;
+        self.refusal = Some(refusal);
+        Some(consumed)
+    }
+
+    /// Writes what is left of a rewritten answer.
+    fn poll_refusal(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let Some(refusal) = &self.refusal else { return Poll::Ready(Ok(())) };
+            if refusal.written == refusal.bytes.len() {
+                return Poll::Ready(Ok(()));
+            }
+            let polled = Pin::new(&mut self.stream).poll_write(cx, &refusal.bytes[refusal.written..]);
+            let n = ready!(self.watch(polled, cx))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            if let Some(refusal) = &mut self.refusal {
+                refusal.written += n;
+            }
+        }
+    }
+
+    /// A write of `len` bytes, given `bufs`: an automatic answer is taken in
+    /// place of writing it, and once a rewritten answer is out, nothing more
+    /// reaches the client. `None`: write as usual.
+    fn poll_replaced(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+        len: usize,
+    ) -> Option<Poll<io::Result<usize>>> {
+        if self.refusal.is_none() {
+            let consumed = self.intercept(bufs)?;
+            return Some(Poll::Ready(Ok(consumed)));
+        }
+        Some(self.poll_refusal(cx).map_ok(|()| len))
     }
 
     /// Passes a write's outcome on; a write pending longer than `limit` since
@@ -257,6 +369,9 @@ impl AsyncRead for WriteStall {
 
 impl AsyncWrite for WriteStall {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Some(replaced) = self.poll_replaced(cx, &[IoSlice::new(buf)], buf.len()) {
+            return replaced;
+        }
         let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
         self.watch(polled, cx)
     }
@@ -264,8 +379,12 @@ impl AsyncWrite for WriteStall {
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        if let Some(replaced) = self.poll_replaced(cx, bufs, len) {
+            return replaced;
+        }
         let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
         self.watch(polled, cx)
     }
@@ -275,12 +394,90 @@ impl AsyncWrite for WriteStall {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_refusal(cx))?;
         let polled = Pin::new(&mut self.stream).poll_flush(cx);
         self.watch(polled, cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_refusal(cx))?;
         let polled = Pin::new(&mut self.stream).poll_shutdown(cx);
         self.watch(polled, cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[test]
+    fn hyper_s_empty_refusals_are_rewritten_and_answers_of_the_router_are_not() {
+        let head = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: Sun, 22 Nov 2026 10:00:00 GMT\r\n\r\n";
+        let (refusal, consumed) = Refusal::of(head).unwrap();
+        assert_eq!(consumed, head.len());
+        let text = String::from_utf8(refusal.bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{head}");
+        assert!(head.contains("content-type: application/json") && head.contains("connection: close"), "{head}");
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        assert!(head.contains("date: Sun, 22 Nov 2026") && !head.contains("content-length: 0"), "{head}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["code"], "too_large");
+
+        assert!(
+            Refusal::of(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+                .is_none()
+        );
+        assert!(Refusal::of(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_none());
+        assert!(Refusal::of(b"{\"code\":\"HTTP/1.1 431 \"}").is_none());
+    }
+
+    /// Sends `request` to a server of `limits` and returns the whole answer.
+    async fn exchange(request: Vec<u8>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            max_connections: 8,
+        };
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, app, limits, shutdown.clone()));
+        let mut client = TcpStream::connect(address).await.unwrap();
+        client.write_all(&request).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer)).await.unwrap().unwrap();
+        shutdown.cancel();
+        server.await.unwrap().unwrap();
+        String::from_utf8(answer).unwrap()
+    }
+
+    #[tokio::test]
+    async fn too_many_headers_answer_431_in_the_error_shape() {
+        let mut request = b"GET / HTTP/1.1\r\nhost: x\r\n".to_vec();
+        for i in 0..150 {
+            request.extend_from_slice(format!("x-h{i}: v\r\n").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        let answer = exchange(request).await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 "), "{answer}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["code"], "too_large", "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_head_answers_400_in_the_error_shape_and_good_ones_pass() {
+        let answer = exchange(b"GET / HTTP/1.1\r\nhost: x\r\nbad header\r\n\r\n".to_vec()).await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 "), "{answer}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["code"], "invalid", "{answer}");
+
+        let answer = exchange(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".to_vec()).await;
+        assert!(answer.starts_with("HTTP/1.1 200 ") && answer.ends_with("\r\n\r\nok"), "{answer}");
     }
 }

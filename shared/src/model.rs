@@ -99,8 +99,10 @@ pub struct ApiKey {
     pub owner_type: OwnerType,
     pub owner_id: Uuid,
     /// `sk-test` or `sk-live`.
+    #[schema(pattern = "^sk-(test|live)$")]
     pub prefix: String,
     /// The last four characters of the key.
+    #[schema(min_length = 4, max_length = 4)]
     pub last_4: String,
     pub state: ApiKeyState,
     #[serde(serialize_with = "crate::time::serialize")]
@@ -109,8 +111,12 @@ pub struct ApiKey {
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
+    /// `["platform:api_unrestricted"]`, or one or more of the other scopes.
+    #[schema(min_items = 1)]
     pub scopes: Vec<Scope>,
+    /// Absent when the key has none.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 100)]
     pub name: Option<String>,
 }
 
@@ -265,7 +271,10 @@ impl FromStr for Category {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Webhook {
     /// `wep_` + 32 hex.
+    #[schema(pattern = "^wep_[0-9a-f]{32}$")]
     pub id: String,
+    /// Where deliveries go: an absolute `https` URL.
+    #[schema(format = "uri")]
     pub url: String,
     pub status: EndpointStatus,
     /// PEM SubjectPublicKeyInfo that verifies this endpoint's deliveries.
@@ -292,6 +301,7 @@ pub struct Event {
     /// Always `v0`.
     pub api_version: String,
     /// `wh_` + 32 hex; receivers use it as their idempotency key.
+    #[schema(pattern = "^wh_[0-9a-f]{32}$")]
     pub event_id: String,
     pub event_developer_id: Uuid,
     pub event_category: Category,

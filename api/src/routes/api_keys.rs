@@ -9,7 +9,10 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use shared::model::{ApiKey, ApiKeyType, List, Scope};
-use utoipa::ToSchema;
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{ArrayBuilder, ObjectBuilder, OneOfBuilder, RefOr, Schema, Type},
+};
 use uuid::Uuid;
 
 use crate::{
@@ -18,6 +21,7 @@ use crate::{
     extract::{Json, Path},
     idempotency::Redact,
     keys,
+    openapi::IdempotencyKey,
     state::AppState,
 };
 
@@ -29,24 +33,68 @@ pub fn router() -> Router<AppState> {
         .route("/api_keys/{id}", delete(remove))
 }
 
-/// Body of `POST /v0/api_keys`.
+/// Body of `POST /v0/api_keys`. An empty body is `{}`: an unrestricted key
+/// without a name.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKey {
-    /// At most 100 characters.
+    /// At most 100 characters, no control characters; surrounding white
+    /// space is trimmed, and a name of white space only is no name.
     #[serde(default)]
+    #[schema(max_length = 100, pattern = r"^[^\x00-\x1F\x7F-\x9F]*$")]
     pub name: Option<String>,
-    /// Defaults to `["platform:api_unrestricted"]`.
+    /// What the key may do: `["platform:api_unrestricted"]` (the default when
+    /// absent) alone, or one or more of the other scopes. A scoped caller may
+    /// only give scopes it holds itself (403 `forbidden` otherwise).
     #[serde(default)]
+    #[schema(value_type = Option<RequestedScopes>)]
     pub scopes: Option<Vec<String>>,
 }
 
-/// A key just created: the record plus the plaintext, shown this once.
+/// The scopes a new key asks for: the unrestricted scope alone, or one or
+/// more of the others (repeats count once). A shape for the document: the
+/// body is read as strings and checked by `keys::parse_scopes`.
+#[derive(Debug)]
+pub struct RequestedScopes;
+
+impl PartialSchema for RequestedScopes {
+    fn schema() -> RefOr<Schema> {
+        let names =
+            |names: &[&str]| ObjectBuilder::new().schema_type(Type::String).enum_values(Some(names.iter().copied()));
+        let others: Vec<&str> = Scope::ALL.iter().filter(|s| **s != Scope::Unrestricted).map(|s| s.as_str()).collect();
+        OneOfBuilder::new()
+            .item(
+                ArrayBuilder::new()
+                    .items(names(&[Scope::Unrestricted.as_str()]))
+                    .min_items(Some(1))
+                    .description(Some("Everything: `platform:api_unrestricted`, alone")),
+            )
+            .item(
+                ArrayBuilder::new()
+                    .items(names(&others))
+                    .min_items(Some(1))
+                    .description(Some("Only what the scopes name")),
+            )
+            .description(Some(
+                "`[\"platform:api_unrestricted\"]` alone, or one or more of the other scopes; repeats count once",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for RequestedScopes {}
+
+/// A key just created: the record plus the plaintext `key`.
 #[derive(Serialize, ToSchema)]
 pub struct CreatedApiKey {
     #[serde(flatten)]
     pub api_key: ApiKey,
-    /// The key itself. It is not stored and cannot be shown again.
+    /// The key itself (`sk-test-…` or `sk-live-…`), in the answer that created
+    /// it and never again: only its hash is stored. An idempotent replay of
+    /// the same `POST` (`Idempotent-Replayed: true`) answers the same status
+    /// and record without `key`; a client that lost the first answer deletes
+    /// that key and creates another.
+    #[schema(required = false)]
     pub key: String,
 }
 
@@ -61,32 +109,44 @@ impl std::fmt::Debug for CreatedApiKey {
 }
 
 /// The calling key.
-#[utoipa::path(get, path = "/v0/api_keys/whoami", tag = "api_keys",
-    responses((status = 200, body = ApiKey), (status = 401, body = ErrorBody)))]
+///
+/// Any valid key may call it, whatever its scopes.
+#[utoipa::path(get, path = "/v0/api_keys/whoami", tag = "api_keys", operation_id = "getCurrentApiKey",
+    responses((status = 200, description = "The record of the key that made the request", body = ApiKey)))]
 pub async fn whoami(caller: Caller) -> axum::Json<ApiKey> {
     axum::Json(caller.key)
 }
 
-/// Creates a key. A scoped key may only create keys with scopes it holds. The
-/// plaintext `key` appears in this answer only: an idempotent replay answers
-/// the same body without it.
-#[utoipa::path(post, path = "/v0/api_keys", tag = "api_keys", request_body = CreateApiKey,
-    params(("Idempotency-Key" = String, Header)),
-    responses((status = 201, body = CreatedApiKey), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+/// Creates a key.
+///
+/// Needs `api_keys:write`. A scoped key may only create keys with scopes it
+/// holds. The plaintext `key` appears in this answer only: an idempotent
+/// replay answers the same status and body without it.
+#[utoipa::path(post, path = "/v0/api_keys", tag = "api_keys", operation_id = "createApiKey",
+    request_body(content = CreateApiKey, description = "May be empty: an unrestricted key without a name"),
+    params(IdempotencyKey),
+    responses(
+        (status = 201, description = "The key was created; `key` is its plaintext, shown this once", body = CreatedApiKey,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer, which has no `key`"))),
+        (status = 400, description = "`invalid` `name` or `scopes`, or `Idempotency-Key` missing (`required`) or malformed (`invalid`); `source` names the part", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `api_keys:write`, or asks for a scope it does not hold", body = ErrorBody),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     Json(body): Json<CreateApiKey>,
 ) -> ApiResult<Response> {
     caller.require(Scope::ApiKeysWrite)?;
-    let name = body.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
-    if name.is_some_and(|n| n.chars().count() > 100 || n.chars().any(char::is_control)) {
+    // Checked as sent, as the document states it, then trimmed: a name of
+    // spaces only is no name.
+    if body.name.as_deref().is_some_and(|n| n.chars().count() > 100 || n.chars().any(char::is_control)) {
         return Err(ApiError::invalid(
             Location::Body,
             "name",
             "name must be at most 100 characters, without control characters",
         ));
     }
+    let name = body.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
     let scopes = keys::parse_scopes(body.scopes.as_deref())
         .map_err(|message| ApiError::invalid(Location::Body, "scopes", message))?;
     if !caller.key.scopes.contains(&Scope::Unrestricted)
@@ -111,17 +171,28 @@ pub async fn create(
 }
 
 /// The developer's active keys.
-#[utoipa::path(get, path = "/v0/api_keys", tag = "api_keys",
-    responses((status = 200, body = List<ApiKey>), (status = 403, body = ErrorBody)))]
+///
+/// Needs `api_keys:read`.
+#[utoipa::path(get, path = "/v0/api_keys", tag = "api_keys", operation_id = "listApiKeys",
+    responses(
+        (status = 200, description = "The developer's keys in state `Active`", body = List<ApiKey>),
+        (status = 403, description = "`forbidden`: the calling key lacks `api_keys:read`", body = ErrorBody),
+    ))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<axum::Json<List<ApiKey>>> {
     caller.require(Scope::ApiKeysRead)?;
     Ok(axum::Json(state.store.list_api_keys(caller.developer_id()).await?.into()))
 }
 
-/// Deletes a key; it stops working at once.
-#[utoipa::path(delete, path = "/v0/api_keys/{id}", tag = "api_keys",
-    params(("id" = Uuid, Path)),
-    responses((status = 200, body = ApiKey), (status = 404, body = ErrorBody)))]
+/// Deletes a key.
+///
+/// Needs `api_keys:write`. The key stops working at once.
+#[utoipa::path(delete, path = "/v0/api_keys/{id}", tag = "api_keys", operation_id = "deleteApiKey",
+    params(("id" = Uuid, Path, description = "The key's `id`")),
+    responses(
+        (status = 200, description = "The deleted key, with `state: Deleted`", body = ApiKey),
+        (status = 403, description = "`forbidden`: the calling key lacks `api_keys:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no active key of this developer has this id", body = ErrorBody),
+    ))]
 pub async fn remove(
     State(state): State<AppState>,
     caller: Caller,

@@ -20,7 +20,8 @@ use crate::{
     auth::Caller,
     error::{ApiError, ApiResult, ErrorBody, Location},
     extract::{Json, Path, Query},
-    routes::webhooks::find,
+    openapi::IdempotencyKey,
+    routes::webhooks::{EndpointId, find},
     state::AppState,
 };
 
@@ -60,14 +61,27 @@ fn limit(value: Option<i64>, default: i64, max: i64) -> ApiResult<i64> {
 /// Query of `GET /webhooks/{id}/events`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct UpcomingQuery {
-    /// 1 to 100, default 10.
+    /// How many events to return: 1 to 100, default 10.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
 }
 
-/// The endpoint's upcoming events (held, pending, retrying), oldest first.
-#[utoipa::path(get, path = "/v0/webhooks/{id}/events", tag = "events", params(("id" = String, Path), UpcomingQuery),
-    responses((status = 200, body = List<Event>), (status = 404, body = ErrorBody)))]
+/// The endpoint's upcoming events.
+///
+/// Needs `webhooks:read`. The events meant for the endpoint that it has not
+/// been sent yet (deliveries `held`, `pending` or `retrying`, and for
+/// `event_epoch: beginning_of_time` the earlier events of its categories),
+/// oldest first.
+#[utoipa::path(get, path = "/v0/webhooks/{id}/events", tag = "events", operation_id = "listUpcomingEvents",
+    params(EndpointId, UpcomingQuery),
+    responses(
+        (status = 200, description = "Upcoming events, oldest first", body = List<Event>),
+        (status = 400, description = "`invalid` query parameter (`source.key` names it): `limit` out of range, or an unknown parameter", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+    ))]
 pub async fn upcoming(
     State(state): State<AppState>,
     caller: Caller,
@@ -84,16 +98,28 @@ pub async fn upcoming(
 /// Query of `GET /webhooks/{id}/logs`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct LogsQuery {
-    /// 1 to 100, default 10.
+    /// How many entries to return: 1 to 100, default 10.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
-    /// A log id: only entries older than it.
+    /// The `id` of a log entry of this endpoint: only entries older than it
+    /// (the next page). An id that names no entry of the endpoint is 400.
+    #[param(value_type = Option<Uuid>)]
     pub starting_after: Option<String>,
 }
 
-/// The endpoint's delivery attempts, newest first.
-#[utoipa::path(get, path = "/v0/webhooks/{id}/logs", tag = "events", params(("id" = String, Path), LogsQuery),
-    responses((status = 200, body = List<DeliveryLog>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// The endpoint's delivery log.
+///
+/// Needs `webhooks:read`. One entry per delivery attempt, newest first.
+#[utoipa::path(get, path = "/v0/webhooks/{id}/logs", tag = "events", operation_id = "listDeliveryLogs",
+    params(EndpointId, LogsQuery),
+    responses(
+        (status = 200, description = "Delivery attempts, newest first", body = List<DeliveryLog>),
+        (status = 400, description = "`invalid` query parameter (`source.key` names it): `limit` out of range, a `starting_after` that is no log id of this endpoint, or an unknown parameter", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+    ))]
 pub async fn logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -119,20 +145,34 @@ pub async fn logs(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendEvent {
-    /// `wh_` + 32 hex.
+    /// The event's `event_id`: `wh_` and 32 lowercase hex digits. An id of
+    /// another shape answers 404, as an unknown one does.
+    #[schema(pattern = "^wh_[0-9a-f]{32}$", min_length = 35, max_length = 35)]
     pub event_id: String,
 }
 
 /// The answer of `send`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SendAnswer {
+    /// What was queued, for people.
+    #[schema(min_length = 1)]
     pub message: String,
 }
 
-/// Queues an event for this endpoint now, whether it is active or disabled.
-#[utoipa::path(post, path = "/v0/webhooks/{id}/send", tag = "events", params(("id" = String, Path), ("Idempotency-Key" = String, Header)),
+/// Sends an event to the endpoint now.
+///
+/// Needs `webhooks:write`. Queues the event for this endpoint whether it is
+/// `active` or `disabled`, and restarts its retry schedule.
+#[utoipa::path(post, path = "/v0/webhooks/{id}/send", tag = "events", operation_id = "sendEvent",
+    params(EndpointId, IdempotencyKey),
     request_body = SendEvent,
-    responses((status = 200, body = SendAnswer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses(
+        (status = 200, description = "The event is queued for delivery to the endpoint", body = SendAnswer,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid`/`required` `event_id` (an event not meant for this endpoint: another category, or from before a `webhook_creation` endpoint existed), or `Idempotency-Key` missing or malformed", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or no event of this developer has `event_id`", body = ErrorBody),
+    ))]
 pub async fn send(
     State(state): State<AppState>,
     caller: Caller,
@@ -164,19 +204,36 @@ pub async fn send(
 /// Query of `GET /webhook_events`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Only events of this category.
+    #[param(value_type = Option<Category>)]
     pub category: Option<String>,
-    /// 1 to 500, default 100.
+    /// How many events to return: 1 to 500, default 100.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
-    /// An event id: only events older than it.
+    /// The `event_id` of one of the developer's events: only events older
+    /// than it (the next page). An id that names no event of the developer is
+    /// 400.
+    #[param(pattern = "^wh_[0-9a-f]{32}$", min_length = 35, max_length = 35)]
     pub starting_after: Option<String>,
-    /// An event id: only events newer than it.
+    /// The `event_id` of one of the developer's events: only events newer
+    /// than it (the previous page). An id that names no event of the
+    /// developer is 400.
+    #[param(pattern = "^wh_[0-9a-f]{32}$", min_length = 35, max_length = 35)]
     pub ending_before: Option<String>,
 }
 
-/// The developer's events, newest first.
-#[utoipa::path(get, path = "/v0/webhook_events", tag = "events", params(EventsQuery),
-    responses((status = 200, body = List<Event>), (status = 400, body = ErrorBody)))]
+/// The developer's events.
+///
+/// Needs `webhooks:read`. Newest first, paged by event ids.
+#[utoipa::path(get, path = "/v0/webhook_events", tag = "events", operation_id = "listWebhookEvents",
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "Events, newest first", body = List<Event>),
+        (status = 400, description = "`invalid` query parameter (`source.key` names it): an unknown `category`, `limit` out of range, a cursor that is no event id of the developer, or an unknown parameter", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+    ))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,

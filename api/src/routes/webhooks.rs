@@ -1,7 +1,7 @@
 //! `/v0/webhooks`: the endpoint lifecycle (API.md §4).
 
 use axum::{Router, extract::State, http::StatusCode, routing::get};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use shared::{
     ids,
     keys::generate_rsa_2048,
@@ -10,14 +10,25 @@ use shared::{
     store::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome},
     tls,
 };
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     auth::Caller,
     error::{ApiError, ApiResult, ErrorBody, Location},
     extract::{Json, Path},
+    openapi::IdempotencyKey,
     state::AppState,
 };
+
+/// The `{id}` of an endpoint's paths.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct EndpointId {
+    /// The endpoint's `id`: `wep_` and 32 lowercase hex digits. Anything else
+    /// answers 404, as an unknown id does.
+    #[param(pattern = "^wep_[0-9a-f]{32}$", min_length = 36, max_length = 36)]
+    pub id: String,
+}
 
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
@@ -30,27 +41,49 @@ pub fn router() -> Router<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhook {
-    /// An absolute `https` URL whose host presents a valid certificate.
+    /// An absolute `https` URL without user-info, at most 2048 characters.
+    /// Its host must resolve to public addresses only (unless the service runs
+    /// with `TARGET_ALLOW_PRIVATE=true`) and complete a TLS handshake with a
+    /// certificate valid for it; the path need not exist yet.
+    #[schema(format = "uri", min_length = 9, max_length = 2048, pattern = "^https://[^/?#@]")]
     pub url: String,
+    /// `webhook_creation` (the default) or `beginning_of_time`.
     #[serde(default)]
     pub event_epoch: Option<EventEpoch>,
-    /// Empty or absent means every category.
+    /// Empty or absent means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
 }
 
-/// Body of `PUT /v0/webhooks/{id}`: any of the fields.
+/// Body of `PUT /v0/webhooks/{id}`: any of the fields; an empty body changes
+/// nothing.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateWebhook {
-    /// Changes only while the endpoint is `disabled`.
+    /// Changes only while the endpoint is `disabled` (409 `invalid_state`
+    /// otherwise); the same URL, compared as parsed, is no change. Checked as
+    /// at creation.
     #[serde(default)]
+    #[schema(format = "uri", min_length = 9, max_length = 2048, pattern = "^https://[^/?#@]")]
     pub url: Option<String>,
-    /// `active` or `disabled`.
+    /// `active` or `disabled`; `deleted` is reached by `DELETE` only.
     #[serde(default)]
+    #[schema(value_type = Option<TargetStatus>)]
     pub status: Option<String>,
+    /// Empty means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
+}
+
+/// The states a `PUT` may set.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // A shape for the document; the body is read as a string.
+pub enum TargetStatus {
+    /// Deliver events as they come.
+    Active,
+    /// Keep events as upcoming and deliver nothing automatically.
+    Disabled,
 }
 
 /// Looks up the caller's endpoint; malformed, missing, deleted and other
@@ -78,10 +111,19 @@ fn limit_exceeded(limit: u32) -> ApiError {
     ApiError::LimitExceeded(format!("A developer may have at most {limit} webhook endpoints; delete one first"))
 }
 
-/// Registers an endpoint, `disabled`, with a fresh RSA-2048 key pair.
-#[utoipa::path(post, path = "/v0/webhooks", tag = "webhooks", request_body = CreateWebhook,
-    params(("Idempotency-Key" = String, Header)),
-    responses((status = 201, body = Webhook), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+/// Registers an endpoint.
+///
+/// Needs `webhooks:write`. The endpoint starts `disabled`, with a fresh
+/// RSA-2048 key pair whose public half is `public_key`.
+#[utoipa::path(post, path = "/v0/webhooks", tag = "webhooks", operation_id = "createWebhook",
+    request_body = CreateWebhook,
+    params(IdempotencyKey),
+    responses(
+        (status = 201, description = "The endpoint, `disabled`", body = Webhook,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid`/`required` body field (`source.key` names it; a `url` that is not https, not public, or whose TLS handshake fails is `invalid`), `limit_exceeded` (already `MAX_ENDPOINTS_PER_DEVELOPER` endpoints), or `Idempotency-Key` missing or malformed", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -118,9 +160,14 @@ pub async fn create(
     Ok((StatusCode::CREATED, axum::Json(record.to_webhook())))
 }
 
-/// The developer's endpoints, newest first.
-#[utoipa::path(get, path = "/v0/webhooks", tag = "webhooks",
-    responses((status = 200, body = List<Webhook>), (status = 403, body = ErrorBody)))]
+/// The developer's endpoints.
+///
+/// Needs `webhooks:read`. Every non-deleted endpoint, newest first.
+#[utoipa::path(get, path = "/v0/webhooks", tag = "webhooks", operation_id = "listWebhooks",
+    responses(
+        (status = 200, description = "The non-deleted endpoints, newest first", body = List<Webhook>),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+    ))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<axum::Json<List<Webhook>>> {
     caller.require(Scope::WebhooksRead)?;
     let records = state.store.list_endpoints(caller.developer_id()).await?;
@@ -128,8 +175,15 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<ax
 }
 
 /// One endpoint.
-#[utoipa::path(get, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
-    responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
+///
+/// Needs `webhooks:read`.
+#[utoipa::path(get, path = "/v0/webhooks/{id}", tag = "webhooks", operation_id = "getWebhook",
+    params(EndpointId),
+    responses(
+        (status = 200, description = "The endpoint", body = Webhook),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+    ))]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -139,11 +193,21 @@ pub async fn show(
     Ok(axum::Json(find(&state, &caller, &id).await?.to_webhook()))
 }
 
-/// Changes url (only while disabled), status (`active`/`disabled`) or categories.
-#[utoipa::path(put, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
-    request_body = UpdateWebhook,
-    responses((status = 200, body = Webhook), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+/// Changes an endpoint.
+///
+/// Needs `webhooks:write`. Changes `url` (only while `disabled`), `status`
+/// (`active`/`disabled`) or `event_categories`; a refused change changes
+/// nothing.
+#[utoipa::path(put, path = "/v0/webhooks/{id}", tag = "webhooks", operation_id = "updateWebhook",
+    params(EndpointId),
+    request_body(content = UpdateWebhook, description = "Any of the fields; an empty body changes nothing"),
+    responses(
+        (status = 200, description = "The endpoint as changed", body = Webhook),
+        (status = 400, description = "`invalid` body field (`source.key` names it: a `status` other than `active`/`disabled`, a `url` refused as at creation)", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+        (status = 409, description = "`invalid_state`: a new `url` for an `active` endpoint; disable it first", body = ErrorBody),
+    ))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -188,9 +252,17 @@ fn url_change_while_active() -> ApiError {
     ApiError::InvalidState("The url of an active endpoint cannot change; disable the endpoint first".into())
 }
 
-/// Deletes an endpoint; from then on every call on its id answers 404.
-#[utoipa::path(delete, path = "/v0/webhooks/{id}", tag = "webhooks", params(("id" = String, Path)),
-    responses((status = 200, body = Webhook), (status = 404, body = ErrorBody)))]
+/// Deletes an endpoint.
+///
+/// Needs `webhooks:write`. From then on every call on its id answers 404,
+/// and its private key is gone.
+#[utoipa::path(delete, path = "/v0/webhooks/{id}", tag = "webhooks", operation_id = "deleteWebhook",
+    params(EndpointId),
+    responses(
+        (status = 200, description = "The endpoint, with `status: deleted`", body = Webhook),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted already", body = ErrorBody),
+    ))]
 pub async fn remove(
     State(state): State<AppState>,
     caller: Caller,
