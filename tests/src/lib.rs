@@ -11,7 +11,13 @@
 //! - [`api`]: [`api::TestApi`], one running API instance with its own database,
 //!   prefix and CA, and request helpers;
 //! - [`dispatcher`]: a dispatcher beside a [`api::TestApi`], for delivery tests;
-//! - [`expect`]: the contract's shapes (error bodies, timestamps, ids).
+//! - [`expect`]: the contract's shapes (error bodies, timestamps, ids);
+//! - [`procs`]: the system as processes (API, dispatchers, standalone),
+//!   for the tools that kill and restart them;
+//! - [`tally`]: a counting receiver for long runs; [`producer`]: events at a
+//!   steady rate with idempotent retries, and the accounting of a run;
+//! - [`faults`]: the fault run (`webhooks-faults`, `tests/tests/faults.rs`);
+//!   [`flags`]: the tool binaries' flags.
 //!
 //! Every test builds its own [`api::TestApi`], so tests share nothing but the
 //! servers. Use `#[tokio::test(flavor = "multi_thread")]`: clean-up after a
@@ -27,8 +33,13 @@ pub mod ca;
 pub mod db;
 pub mod dispatcher;
 pub mod expect;
+pub mod faults;
+pub mod flags;
 mod flight;
+pub mod procs;
+pub mod producer;
 pub mod receiver;
+pub mod tally;
 
 use std::{future::Future, sync::Once, time::Duration};
 
