@@ -68,6 +68,11 @@ impl PgStore {
                   swept AS (
                       UPDATE deliveries d
                          SET generation = d.generation + 1, sweeps = d.sweeps + 1,
+                             -- The last attempt stays the last of the new
+                             -- generation, so the next sweep numbers on.
+                             last_attempt_generation = CASE WHEN d.last_attempt_generation = d.generation
+                                                            THEN d.generation + 1
+                                                            ELSE d.last_attempt_generation END,
                              next_attempt_at = now(), updated_at = now()
                         FROM due WHERE d.id = due.id
                       RETURNING d.id, d.generation, due.attempt)
