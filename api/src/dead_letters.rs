@@ -28,6 +28,8 @@ pub struct DeadLetter {
     pub endpoint_id: Option<String>,
     pub attempt: Option<u32>,
     pub parks: Option<u32>,
+    /// Of those, parks for a failure.
+    pub failures: Option<u32>,
     /// Why the broker dead-lettered it (`rejected`, `delivery_limit`, …) and
     /// from which queue, from its `x-death` header.
     pub reason: Option<String>,
@@ -59,6 +61,7 @@ impl DeadLetter {
             endpoint_id: delivery.as_ref().map(|m| m.endpoint_id.clone()),
             attempt: delivery.as_ref().map(|m| m.attempt),
             parks: delivery.as_ref().map(|m| m.parks),
+            failures: delivery.as_ref().map(|m| m.failures),
             reason: text("reason"),
             queue: text("queue"),
             dead_since,
@@ -71,11 +74,12 @@ impl DeadLetter {
         let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
         match self.delivery_id {
             Some(id) => format!(
-                "delivery {id}  event {}  endpoint {}  attempt {}  parks {}  {} from {}",
+                "delivery {id}  event {}  endpoint {}  attempt {}  parks {} (failures {})  {} from {}",
                 or_dash(self.event_id.clone()),
                 or_dash(self.endpoint_id.clone()),
                 or_dash(self.attempt.map(|a| a.to_string())),
                 or_dash(self.parks.map(|p| p.to_string())),
+                or_dash(self.failures.map(|f| f.to_string())),
                 or_dash(self.reason.clone()),
                 or_dash(self.queue.clone()),
             ),
@@ -161,6 +165,7 @@ pub async fn replay(
             continue;
         };
         delivery.parks = 0;
+        delivery.failures = 0;
         let payload = Envelope::new(Message::Delivery(delivery)).to_bytes();
         let confirmation = publisher
             .basic_publish(

@@ -78,7 +78,13 @@ pub fn after_attempt(
     match schedule.delay_after(message.attempt) {
         Some(scheduled) => After::Retry {
             delay: retry_delay(scheduled, retry_after, max_retry_after),
-            next: DeliveryMessage { attempt: message.attempt + 1, force: false, parks: 0, ..message.clone() },
+            next: DeliveryMessage {
+                attempt: message.attempt + 1,
+                force: false,
+                parks: 0,
+                failures: 0,
+                ..message.clone()
+            },
         },
         None => After::Failed,
     }
@@ -108,6 +114,7 @@ mod tests {
             force,
             generation: Some(2),
             parks: 0,
+            failures: 0,
             body: "{}".into(),
             event_created_at: chrono::DateTime::from_timestamp(0, 0).unwrap(),
         }

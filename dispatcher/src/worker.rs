@@ -251,7 +251,7 @@ pub(crate) fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord
         response_body: None,
         error: Some(format!(
             "not sent: parked {} times ({reason}); send or recover it once the cause is fixed",
-            message.parks
+            message.failures
         )),
         duration_ms: 0,
         created_at: shared::time::now(),
@@ -261,13 +261,14 @@ pub(crate) fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord
 
 /// Something failed before the attempt (`reason`): put the message back for a
 /// later try without counting an attempt, so a long database outage cannot
-/// exhaust the retry schedule; past [`PARK_LIMIT`] parks, give up on it.
+/// exhaust the retry schedule; past [`PARK_LIMIT`] such parks, give up on it.
 async fn park(context: &Context, ticket: Ticket, message: &DeliveryMessage, reason: &str) {
-    if message.parks >= PARK_LIMIT {
-        tracing::error!(parks = message.parks, reason, "message parked too often; dead-lettered");
+    if message.failures >= PARK_LIMIT {
+        tracing::error!(failures = message.failures, reason, "message parked too often; given up");
         return ticket.dead_letter(context, message, reason).await;
     }
-    defer(context, ticket, message, "parked").await;
+    let failed = DeliveryMessage { failures: message.failures.saturating_add(1), ..message.clone() };
+    defer(context, ticket, &failed, "parked").await;
 }
 
 /// Puts the message back without counting an attempt: its endpoint has no

@@ -239,12 +239,16 @@ pub struct DeliveryMessage {
     /// mixed-version deployment may deliver twice but never drops a delivery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i32>,
-    /// How often this attempt was put back without being made (the store
-    /// failed, the endpoint could not be read, or it had no free slot): each
-    /// time it waits longer, and past [`PARK_LIMIT`] parks for a failure it
-    /// is dead-lettered. 0 on every new attempt.
+    /// How often this attempt was put back without being made (its endpoint
+    /// had no free slot, or something failed): each time it waits longer. 0
+    /// on every new attempt.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub parks: u32,
+    /// How many of those parks were for a failure (the store, an unreadable
+    /// endpoint): past [`PARK_LIMIT`] the message is given up. A full
+    /// endpoint is only slow, and does not count here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.

@@ -30,6 +30,7 @@ async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json
         force: false,
         generation: Some(generation),
         parks: 0,
+        failures: 0,
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
     };

@@ -135,6 +135,43 @@ async fn deliveries_of_a_purged_work_queue_still_arrive_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_behind_a_saturated_endpoint_is_not_swept() {
+    // One attempt at a time to an endpoint that takes 2 s per event: twelve
+    // events take half a minute, and the waiting ones are parked again and
+    // again meanwhile, for longer than two sweep intervals. A parked delivery
+    // is owed later, not stranded: nothing is swept, nothing sent twice.
+    let mut options = options("1s", true);
+    options.delivery_args =
+        ["--dispatcher-endpoint-concurrency", "1", "--endpoint-slot-wait", "100ms"].map(String::from).to_vec();
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok().after(Duration::from_secs(2)));
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let events = ingest_many(&api, key.developer_id(), "transfer", 12, 4).await;
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+
+    wait_for_events(&receiver, &ids, SWEPT_WITHIN).await;
+    assert_eq!(receiver.count(), 12, "{:?}", received_ids(&receiver));
+    let pool = api.store.postgres().unwrap().pool();
+    let generations: Vec<i32> =
+        sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(pool).await.unwrap();
+    assert_eq!(generations, [0], "no delivery was swept");
+    let text = metrics(&api.client, dispatcher.addr).await;
+    let deferred = sample(&text, "webhooks_dispatcher_deliveries_total{outcome=\"deferred\"}").unwrap_or(0.0);
+    assert!(deferred >= 12.0, "the backlog was parked while the endpoint was busy: {text}");
+    eventually("every delivery is recorded", WAIT, async || {
+        let upcoming = upcoming_ids(&api, &key, &endpoint).await;
+        if upcoming.is_empty() { Ok(()) } else { Err(format!("{upcoming:?}")) }
+    })
+    .await;
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_retry_in_a_deleted_retry_queue_still_arrives_as_the_next_attempt() {
     // The retry waits 15 s in `{p}.retry.15000ms`: long enough to delete it.
     let api = TestApi::start_with(options("15s", true)).await.unwrap();
@@ -216,6 +253,7 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
         force: false,
         generation: Some(generation),
         parks: 10,
+        failures: 10,
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
     };

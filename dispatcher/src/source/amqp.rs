@@ -60,8 +60,10 @@ impl AmqpTicket {
     }
 
     /// Parks the message in the retry queue for `delay` as a fresh message
-    /// (so deferrals never run up the work queue's delivery limit), then acks.
-    /// `message` is the one to publish: it already counts this park.
+    /// (so deferrals never run up the work queue's delivery limit), moves the
+    /// delivery's due time with it (so the sweeper does not take a parked
+    /// delivery for a stranded one), then acks. `message` is the one to
+    /// publish: it already counts this park.
     pub(super) async fn defer(
         self,
         context: &Context,
@@ -71,6 +73,13 @@ impl AmqpTicket {
     ) {
         match publish_retry(&self.session, message, delay).await {
             Ok(()) => {
+                let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+                // The store may be why the message is parked: then the due
+                // time stays, and a sweep may queue the delivery again (the
+                // older message is dropped unsent when it comes back).
+                if let Err(error) = context.store.defer(message.delivery_id, message.generation, until, None).await {
+                    tracing::debug!(%error, "cannot move the parked delivery's due time");
+                }
                 context.metrics.outcome(outcome);
                 self.ack();
             }

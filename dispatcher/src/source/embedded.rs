@@ -48,18 +48,19 @@ impl EmbeddedTicket {
     pub(super) async fn defer(
         mut self,
         context: &Context,
-        _message: &DeliveryMessage,
+        message: &DeliveryMessage,
         delay: Duration,
         outcome: &'static str,
     ) {
         context.metrics.outcome(outcome);
         self.settled = true;
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay, true).await;
+        let parks = Some((message.parks, message.failures));
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay, parks).await;
     }
 
     pub(super) async fn requeue(mut self) {
         self.settled = true;
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO, false).await;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO, None).await;
     }
 
     /// Records the delivery `failed`, with `reason` in its log. While the
@@ -72,7 +73,7 @@ impl EmbeddedTicket {
             return;
         }
         let longest = context.common.retry_schedule.delays().iter().max().copied().unwrap_or(Duration::from_secs(60));
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, longest, false).await;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, longest, None).await;
     }
 }
 
@@ -84,27 +85,27 @@ impl Drop for EmbeddedTicket {
         let (store, wake, delivery_id, generation) =
             (self.store.clone(), self.wake.clone(), self.delivery_id, self.generation);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO, false).await });
+            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO, None).await });
         }
     }
 }
 
 /// Releases the claim on a delivery, due again after `delay`, without
-/// counting an attempt (`parked`: counting a park). While the store fails (a
-/// full disk) it tries again, so the delivery is not left claimed, out of the
-/// queue, until a restart.
+/// counting an attempt (`parks`: the message's park counts to keep). While
+/// the store fails (a full disk) it tries again, so the delivery is not left
+/// claimed, out of the queue, until a restart.
 async fn put_back(
     store: &SqliteStore,
     wake: &Notify,
     delivery_id: i64,
     generation: Option<i32>,
     delay: Duration,
-    parked: bool,
+    parks: Option<(u32, u32)>,
 ) {
     let mut pause = Duration::from_millis(100);
     loop {
         let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        match store.defer(delivery_id, generation, until, parked).await {
+        match store.defer(delivery_id, generation, until, parks).await {
             Ok(()) => break,
             Err(error) => {
                 tracing::error!(error = format!("{error:#}"), delivery_id, "cannot put a delivery back; trying again");

@@ -288,6 +288,22 @@ impl Store {
         each_backend!(self, s => s.retry_standing(delivery_id, generation, attempt).await)
     }
 
+    /// Moves a delivery's next attempt to `until` without counting one: its
+    /// message was put back (parked) for a while. The due time then says
+    /// when the delivery is owed, so the sweeper leaves it alone meanwhile.
+    /// `parks` are the message's park counts, kept where the store is the
+    /// queue (standalone; `None` keeps the stored ones). Nothing changes
+    /// unless the delivery is still at `generation` and waiting.
+    pub async fn defer(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        parks: Option<(u32, u32)>,
+    ) -> StoreResult<()> {
+        each_backend!(self, s => s.defer(delivery_id, generation, until, parks).await)
+    }
+
     /// The endpoint's delivery log, newest first; `None` when the cursor names
     /// no log entry of this endpoint.
     pub async fn list_logs(

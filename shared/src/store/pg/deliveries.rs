@@ -86,6 +86,27 @@ impl PgStore {
         Ok(())
     }
 
+    /// See [`crate::store::Store::defer`]: the message carries its own park
+    /// counts, so only the due time is written here.
+    pub async fn defer(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        _parks: Option<(u32, u32)>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE deliveries SET next_attempt_at = $3, updated_at = now()
+              WHERE id = $1 AND ($2::int4 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .bind(until)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     pub(in crate::store) async fn retry_standing(
         &self,
         delivery_id: i64,

@@ -70,6 +70,7 @@ impl Row {
             force: self.force.unwrap_or(false),
             generation: self.generation,
             parks: 0,
+            failures: 0,
             body: self.body?,
             event_created_at: self.event_created_at?,
         };

@@ -219,7 +219,7 @@ impl SqliteStore {
              VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4)
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = $4, updated_at = $4,
-                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0",
+                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0, failures = 0",
         )
         .bind(event_id)
         .bind(&endpoint.id)

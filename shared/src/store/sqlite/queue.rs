@@ -25,6 +25,7 @@ struct DueRow {
     force: bool,
     generation: i32,
     parks: i64,
+    failures: i64,
     body: String,
     event_created_at: i64,
 }
@@ -43,6 +44,7 @@ impl TryFrom<DueRow> for DeliveryMessage {
             force: row.force,
             generation: Some(row.generation),
             parks: u32::try_from(row.parks).unwrap_or(u32::MAX),
+            failures: u32::try_from(row.failures).unwrap_or(u32::MAX),
             body: row.body,
         })
     }
@@ -61,7 +63,7 @@ impl SqliteStore {
         // The WHERE of the `deliveries_due` index, so the scan walks it.
         let rows: Vec<DueRow> = sqlx::query_as(
             "SELECT d.id, d.event_id, d.endpoint_id, e.developer_id, d.next_attempt, d.force, d.generation,
-                    d.parks, e.body, e.created_at AS event_created_at
+                    d.parks, d.failures, e.body, e.created_at AS event_created_at
                FROM deliveries d JOIN events e ON e.id = d.event_id
               WHERE d.state IN ('pending', 'retrying') AND d.claimed = 0 AND d.next_attempt_at <= $1
               ORDER BY d.next_attempt_at, d.id LIMIT $2",
@@ -107,26 +109,29 @@ impl SqliteStore {
     }
 
     /// Puts a claimed delivery back, due at `until`, without counting an
-    /// attempt: its endpoint had no free slot, or the store failed. `parked`
-    /// counts it as one more park of the attempt (a `requeue` does not).
-    /// Nothing changes unless the delivery is still at `generation` (any, when
-    /// `None`) and still waiting for an attempt.
+    /// attempt: its endpoint had no free slot, or the store failed. `parks`
+    /// are the message's counts of this attempt's parks and failures, kept
+    /// for its next claim (`None` keeps the stored ones, as a `requeue`
+    /// does). Nothing changes unless the delivery is still at `generation`
+    /// (any, when `None`) and still waiting for an attempt.
     pub async fn defer(
         &self,
         delivery_id: i64,
         generation: Option<i32>,
         until: DateTime<Utc>,
-        parked: bool,
+        parks: Option<(u32, u32)>,
     ) -> StoreResult<()> {
         sqlx::query(
-            "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4, parks = parks + $5
+            "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4,
+                    parks = coalesce($5, parks), failures = coalesce($6, failures)
               WHERE id = $1 AND ($2 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
         )
         .bind(delivery_id)
         .bind(generation)
         .bind(micros(until))
         .bind(micros(crate::time::now()))
-        .bind(i64::from(parked))
+        .bind(parks.map(|(parks, _)| i64::from(parks)))
+        .bind(parks.map(|(_, failures)| i64::from(failures)))
         .execute(&self.writer)
         .await?;
         Ok(())

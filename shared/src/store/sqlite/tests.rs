@@ -278,14 +278,14 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Current);
 
     // Brought forward, it is due with the next attempt number.
-    store.defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1), true).await.unwrap();
+    store.defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1), Some((1, 0))).await.unwrap();
     let retry = store.claim_due(10).await.unwrap();
     assert_eq!(retry.len(), 1);
     assert_eq!((retry[0].attempt, retry[0].force, retry[0].generation), (2, false, Some(0)));
-    assert_eq!(retry[0].parks, 1, "a deferral counts as a park of the attempt");
+    assert_eq!((retry[0].parks, retry[0].failures), (1, 0), "a deferral keeps the message's counts");
 
     // A deferral of another generation changes nothing: the claim stays.
-    store.defer(delivery, Some(5), crate::time::now(), true).await.unwrap();
+    store.defer(delivery, Some(5), crate::time::now(), Some((3, 3))).await.unwrap();
     assert!(queue_row(store, delivery).await.5, "still claimed");
 
     // `send` re-arms it: next generation, first attempt, forced, due now.
@@ -294,7 +294,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     let sent = store.claim_due(10).await.unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].delivery_id, sent[0].attempt, sent[0].force, sent[0].generation), (delivery, 1, true, Some(1)));
-    assert_eq!(sent[0].parks, 0, "a new generation starts unparked");
+    assert_eq!((sent[0].parks, sent[0].failures), (0, 0), "a new generation starts unparked");
     assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Superseded);
 
     // The outcome of the replaced generation is logged, and changes nothing.
