@@ -37,15 +37,26 @@ use crate::{
 pub const EXEC_AS: &str = "WEBHOOKS_EXEC_AS";
 
 /// Runs the program [`EXEC_AS`] names, with this process's arguments, when
-/// it is set; `None` otherwise. A tool's `main` calls it first, so that the
-/// tool can start the service's programs by starting itself: the same code
-/// as `webhooks-api` and `webhooks-dispatcher` (their `main` is one call).
-pub async fn exec_as() -> Option<anyhow::Result<()>> {
-    let program = std::env::var(EXEC_AS).ok()?;
-    Some(match program.as_str() {
+/// it is set, and returns its exit code; `None` otherwise. A tool's `main`
+/// calls it first, so that the tool can start the service's programs by
+/// starting itself: the same code as `webhooks-api` and `webhooks-dispatcher`
+/// (their `main` is one call). Otherwise it prepares the tool's own TLS.
+pub async fn exec_as() -> Option<std::process::ExitCode> {
+    let Ok(program) = std::env::var(EXEC_AS) else {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        return None;
+    };
+    let result = match program.as_str() {
         "webhooks-api" => api::cli::main().await,
         "webhooks-dispatcher" => dispatcher::main().await,
         other => Err(anyhow::anyhow!("{EXEC_AS}={other}: not a program of the service")),
+    };
+    Some(match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            std::process::ExitCode::FAILURE
+        }
     })
 }
 

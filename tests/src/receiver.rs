@@ -142,7 +142,10 @@ impl Receiver {
             fallback: Mutex::new(Reply::ok()),
         });
         let shutdown = CancellationToken::new();
-        tokio::spawn(accept_loop(listener, acceptor, state.clone(), shutdown.clone()));
+        let answering = state.clone();
+        tokio::spawn(accept_loop(listener, acceptor, shutdown.clone(), move |request| {
+            answer(answering.clone(), request)
+        }));
         Ok(Receiver { addr, state, shutdown })
     }
 
@@ -235,7 +238,17 @@ impl Drop for Receiver {
     }
 }
 
-async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, state: Arc<State>, shutdown: CancellationToken) {
+/// Serves HTTPS on `listener` until `shutdown`, one task per connection,
+/// answering each request with `answer`: the loop every test receiver runs.
+pub(crate) async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shutdown: CancellationToken,
+    answer: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
     loop {
         let tcp = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -247,12 +260,13 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, state: Arc<St
                 }
             },
         };
-        let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, answer, shutdown) = (acceptor.clone(), answer.clone(), shutdown.clone());
         tokio::spawn(async move {
             let serve = async {
                 // Handshakes fail on purpose in certificate tests.
                 let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = service_fn(move |request| answer(state.clone(), request));
+                let service = service_fn(answer);
                 if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(tls), service).await {
                     tracing::debug!(%error, "receiver connection ended");
                 }
@@ -301,7 +315,8 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
     Ok(response)
 }
 
-fn plain(status: StatusCode) -> Response<Full<Bytes>> {
+/// An answer with `status` and no body.
+pub(crate) fn plain(status: StatusCode) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = status;
     response

@@ -21,8 +21,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::body::Incoming;
 use serde_json::Value;
 use shared::{
     model::{Category, categories_include},
@@ -33,7 +32,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::ca::{LOCAL_NAMES, TestCa};
+use crate::{
+    ca::{LOCAL_NAMES, TestCa},
+    receiver::{accept_loop, plain},
+};
 
 /// An event id (`wh_` + 32 hex digits) as a number: a compact key.
 pub fn event_key(event_id: &str) -> Option<u128> {
@@ -109,7 +111,10 @@ impl Tally {
             counts: Mutex::default(),
         });
         let shutdown = CancellationToken::new();
-        tokio::spawn(accept_loop(listener, acceptor, state.clone(), shutdown.clone()));
+        let answering = state.clone();
+        tokio::spawn(accept_loop(listener, acceptor, shutdown.clone(), move |request| {
+            answer(answering.clone(), request)
+        }));
         Ok(Tally { addr, state, shutdown })
     }
 
@@ -161,31 +166,6 @@ impl Tally {
 impl Drop for Tally {
     fn drop(&mut self) {
         self.shutdown.cancel();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, state: Arc<State>, shutdown: CancellationToken) {
-    loop {
-        let tcp = tokio::select! {
-            () = shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(_) => continue,
-            },
-        };
-        let _ = tcp.set_nodelay(true);
-        let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let serve = async {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = service_fn(move |request| answer(state.clone(), request));
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
-            };
-            tokio::select! {
-                () = serve => {}
-                () = shutdown.cancelled() => {}
-            }
-        });
     }
 }
 
@@ -253,10 +233,4 @@ fn check_body(body: &[u8], id_header: &str, expect: &Expect) -> Result<u128, Str
         Ok(category) if categories_include(&expect.categories, category) => Ok(key),
         _ => Err(format!("category {category:?}, which the endpoint did not ask for")),
     }
-}
-
-fn plain(status: StatusCode) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = status;
-    response
 }

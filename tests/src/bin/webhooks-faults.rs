@@ -87,16 +87,9 @@ async fn run() -> anyhow::Result<bool> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    if let Some(result) = procs::exec_as().await {
-        return match result {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("Error: {error:?}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(exit) = procs::exec_as().await {
+        return exit;
     }
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // Ctrl-C drops the run: its guards start RabbitMQ (and PostgreSQL) again,
     // and its processes, database and queues go.
     let outcome = tokio::select! {

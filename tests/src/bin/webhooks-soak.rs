@@ -217,16 +217,9 @@ async fn soak(flags: &Flags) -> anyhow::Result<bool> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    if let Some(result) = procs::exec_as().await {
-        return match result {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("Error: {error:?}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(exit) = procs::exec_as().await {
+        return exit;
     }
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         out(USAGE);
