@@ -20,6 +20,7 @@ class WebhookVerificationError extends Error {
   }
 }
 const refuse = (reason) => { throw new WebhookVerificationError(reason); };
+const trim = (text) => text.replace(/^[ \t]+|[ \t]+$/g, ''); // spaces and tabs only
 
 // Strict base64 (standard alphabet, padding optional); null when invalid.
 function decodeBase64(text) {
@@ -68,12 +69,12 @@ function verifyPlatform(headers, body, key, nowMs) {
   let t;
   const signatures = [];
   for (const part of value.split(',')) {
-    const entry = part.trim();
+    const entry = trim(part);
     if (entry === '') continue;
     const eq = entry.indexOf('=');
     if (eq < 0) refuse('malformed header');
-    const name = entry.slice(0, eq).trim();
-    const text = entry.slice(eq + 1).trim();
+    const name = trim(entry.slice(0, eq));
+    const text = trim(entry.slice(eq + 1));
     if (name === 't') {
       if (t !== undefined || !/^[0-9]{1,15}$/.test(text)) refuse('malformed header');
       t = text; // the digest covers t exactly as written
@@ -98,9 +99,9 @@ function verifyStandard(headers, body, key, nowMs) {
   const value = getHeader(headers, 'webhook-signature');
   if (value === undefined) refuse('no signature header');
   const id = getHeader(headers, 'webhook-id');
-  const ts = getHeader(headers, 'webhook-timestamp');
-  if (!id || ts === undefined || !/^[0-9]{1,15}$/.test(ts.trim())) refuse('malformed header');
-  const entries = value.trim().split(/\s+/).filter(Boolean);
+  const ts = trim(getHeader(headers, 'webhook-timestamp') || '');
+  if (!id || !/^[0-9]{1,15}$/.test(ts)) refuse('malformed header');
+  const entries = value.split(/[ \t]+/).filter(Boolean);
   if (entries.length === 0) refuse('malformed header');
   const signatures = [];
   for (const entry of entries) {
@@ -111,7 +112,7 @@ function verifyStandard(headers, body, key, nowMs) {
     if (!signature) refuse('malformed header');
     signatures.push(signature);
   }
-  const content = Buffer.concat([Buffer.from(`${id}.${ts.trim()}.`), body]);
+  const content = Buffer.concat([Buffer.from(`${id}.${ts}.`), body]);
   const ok = signatures.some((sig) => {
     try { return crypto.verify(null, content, key, sig); } catch { return false; }
   });
