@@ -1,8 +1,10 @@
 package webhookverify
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
@@ -12,7 +14,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +157,71 @@ func TestPKCS1PublicKeyPEM(t *testing.T) {
 	header := http.Header{p.HeaderName: {p.HeaderValue}}
 	if _, err := Verify(header, []byte(p.RawBody), string(pkcs1), time.UnixMilli(p.TimestampMs)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The README's handler, as a receiver writes it: read the raw body, verify, then parse.
+func handler(key *PublicKey, handled map[string]int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		result, err := key.Verify(r.Header, body, time.Now())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		handled[result.ID]++
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func TestHTTPHandler(t *testing.T) {
+	var keys struct {
+		StandardNew struct {
+			Private string `json:"private_pkcs8_pem"`
+			Public  string `json:"public"`
+		} `json:"standard-new"`
+	}
+	load(t, "test-only-keys.json", &keys)
+	block, _ := pem.Decode([]byte(keys.StandardNew.Private))
+	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ParsePublicKey(keys.StandardNew.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := map[string]int{}
+	server := httptest.NewServer(handler(key, handled))
+	defer server.Close()
+
+	body := []byte(`{"type":"example","n":1}`)
+	ts := fmt.Sprint(time.Now().Unix())
+	sig := ed25519.Sign(parsed.(ed25519.PrivateKey), append([]byte("evt_go."+ts+"."), body...))
+	post := func(body []byte) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, server.URL, bytes.NewReader(body))
+		req.Header.Set("webhook-id", "evt_go")
+		req.Header.Set("webhook-timestamp", ts)
+		req.Header.Set("webhook-signature", "v1a,"+base64.StdEncoding.EncodeToString(sig))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		text, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(text)
+	}
+	if code, text := post(body); code != http.StatusNoContent {
+		t.Fatalf("genuine delivery: %d %s", code, text)
+	}
+	if code, text := post([]byte(`{"type":"example","n":2}`)); code != http.StatusBadRequest || text != "no signature matches\n" {
+		t.Fatalf("tampered delivery: %d %q", code, text)
+	}
+	if handled["evt_go"] != 1 {
+		t.Fatalf("handled: %v", handled)
 	}
 }

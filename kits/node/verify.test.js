@@ -84,3 +84,29 @@ test('unusable keys are TypeErrors, not refusals', () => {
     assert.throws(() => loadPublicKey(key), (err) => !(err instanceof WebhookVerificationError), key);
   }
 });
+
+test('example-server.js: verifies, handles each event id once, refuses a tampered body', async () => {
+  const { createServer } = require('./example-server.js');
+  const keys = require(path.join(vectors, 'test-only-keys.json'));
+  const events = [];
+  const server = createServer(keys['standard-new'].public, (event) => events.push(event));
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${server.address().port}/`;
+    const body = Buffer.from('{"type":"example","n":1}');
+    const ts = String(Math.floor(Date.now() / 1000));
+    const signer = crypto.createPrivateKey(keys['standard-new'].private_pkcs8_pem);
+    const sig = crypto.sign(null, Buffer.concat([Buffer.from(`evt_example.${ts}.`), body]), signer);
+    const headers = { 'content-type': 'application/json', 'webhook-id': 'evt_example',
+      'webhook-timestamp': ts, 'webhook-signature': `v1a,${sig.toString('base64')}` };
+    for (let i = 0; i < 2; i++) {
+      assert.strictEqual((await fetch(url, { method: 'POST', headers, body })).status, 204);
+    }
+    assert.deepStrictEqual(events, [{ id: 'evt_example', scheme: 'standard', payload: { type: 'example', n: 1 } }]);
+    const tampered = await fetch(url, { method: 'POST', headers, body: '{"type":"example","n":2}' });
+    assert.strictEqual(tampered.status, 400);
+    assert.strictEqual(await tampered.text(), 'no signature matches\n');
+  } finally {
+    server.close();
+  }
+});

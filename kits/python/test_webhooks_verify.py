@@ -138,3 +138,34 @@ def test_cross_check_with_the_standardwebhooks_library():
     # The library ignores v1a entries: a delivery with v1a only is refused by it.
     with pytest.raises(standardwebhooks.WebhookVerificationError):
         webhook.verify(body, {**headers, "webhook-signature": v1a})
+
+
+def test_flask_receiver():
+    """The README's Flask view: request.get_data() and request.headers as they are."""
+    flask = pytest.importorskip("flask")
+    app = flask.Flask(__name__)
+    key = load_public_key(TEST_KEYS["platform-new"]["public"])
+    handled = []
+
+    @app.post("/webhooks")
+    def webhook():
+        body = flask.request.get_data()  # raw bytes; read before request.json
+        try:
+            result = verify(flask.request.headers, body, key)
+        except WebhookVerificationError as err:
+            return err.reason, 400
+        handled.append((result.id, flask.request.get_json()["n"]))
+        return "", 204
+
+    private = serialization.load_pem_private_key(
+        TEST_KEYS["platform-new"]["private_pkcs8_pem"].encode(), password=None)
+    body = b'{"type": "example",   "n": 1}'
+    t = str(int(time.time() * 1000))
+    sig = private.sign(hashlib.sha256(f"{t}.".encode() + body).digest(), PKCS1v15(), SHA256())
+    headers = {"X-Webhook-Id": "evt_flask", "X-Webhook-Signature": f"t={t},v0={base64.b64encode(sig).decode()}",
+               "Content-Type": "application/json"}
+    client = app.test_client()
+    assert client.post("/webhooks", data=body, headers=headers).status_code == 204
+    refused = client.post("/webhooks", data=body.replace(b"1", b"2"), headers=headers)
+    assert (refused.status_code, refused.get_data()) == (400, b"no signature matches")
+    assert handled == [("evt_flask", 1)]
