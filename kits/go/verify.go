@@ -67,15 +67,18 @@ func ParsePublicKey(text string) (*PublicKey, error) {
 		return &PublicKey{Scheme: "standard", ed25519K: ed25519.PublicKey(raw)}, nil
 	}
 	block, _ := pem.Decode([]byte(text))
-	if block == nil {
+	if block == nil || !strings.HasPrefix(text, "-----BEGIN") {
 		return nil, errors.New("key is neither a PEM public key nor whpk_<base64>")
 	}
 	var parsed interface{}
 	var err error
-	if block.Type == "RSA PUBLIC KEY" {
-		parsed, err = x509.ParsePKCS1PublicKey(block.Bytes)
-	} else {
+	switch block.Type {
+	case "PUBLIC KEY":
 		parsed, err = x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		parsed, err = x509.ParsePKCS1PublicKey(block.Bytes)
+	default:
+		err = errors.New("not a public key")
 	}
 	key, isRSA := parsed.(*rsa.PublicKey)
 	if err != nil || !isRSA || key.N.BitLen() < 2048 {

@@ -39,7 +39,7 @@ function loadPublicKey(text) {
     const der = Buffer.concat([ED25519_SPKI_PREFIX, raw]);
     return { scheme: 'standard', key: crypto.createPublicKey({ key: der, format: 'der', type: 'spki' }) };
   }
-  if (text.startsWith('-----BEGIN')) {
+  if (/^-----BEGIN (RSA )?PUBLIC KEY-----/.test(text)) { // not a private key nor a certificate
     const key = crypto.createPublicKey(text);
     if (key.asymmetricKeyType !== 'rsa' || key.asymmetricKeyDetails.modulusLength < 2048) {
       throw new TypeError('PEM key is not an RSA public key of at least 2048 bits');

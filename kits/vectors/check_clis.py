@@ -115,6 +115,8 @@ class Runner:
             ("key file is not a key", json.dumps(good["headers"]), "not a key"),
             ("key is an EC key", json.dumps(good["headers"]), EC_PUBLIC_PEM),
             ("whpk key of the wrong length", json.dumps(good["headers"]), "whpk_AAAA"),
+            ("key is a private key", json.dumps(good["headers"]), KEYS["platform-old"]["private_pkcs8_pem"]),
+            ("key has text before the PEM", json.dumps(good["headers"]), "my key:\n" + good["key"]),
         ]:
             (self.dir / "bad-headers.json").write_text(headers_text)
             (self.dir / "bad-key").write_text(key_text)
