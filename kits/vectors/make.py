@@ -226,6 +226,10 @@ def build_cases(keys: Keys, published: dict) -> list:
          body=pub_body, now_ms=NOW, public=published["public_key_pem"])
     case("published example against a test key", pub_headers, NO_MATCH, "platform-old",
          body=pub_body, now_ms=pub_t)
+    pkcs1 = serialization.load_pem_public_key(published["public_key_pem"].encode()).public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.PKCS1).decode("ascii")
+    case("published example, key given as PKCS#1 PEM (BEGIN RSA PUBLIC KEY)", pub_headers,
+         GENUINE_PLATFORM, "published-pkcs1", body=pub_body, now_ms=pub_t, public=pkcs1)
 
     # ---- scheme standard
     s_old = keys.standard("standard-old", EVENT_ID, ts, BODY)
