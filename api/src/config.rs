@@ -80,6 +80,18 @@ pub struct Config {
     /// queues them again (README, "Nothing stranded, nothing looping").
     #[arg(long, env = "SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+
+    /// How long a replaced key keeps signing beside the new one after a
+    /// rotation or a scheme change (both signatures in every delivery); then
+    /// its private half is deleted.
+    #[arg(long, env = "KEY_ROTATION_OVERLAP", default_value = "24h", value_parser = parse_duration)]
+    pub key_rotation_overlap: Duration,
+
+    /// An active endpoint whose attempts have all failed for this long, on at
+    /// least three different days, is disabled by the service
+    /// (`disabled_reason: failing`). `0` switches it off.
+    #[arg(long, env = "AUTO_DISABLE_AFTER", default_value = "5d", value_parser = parse_retention)]
+    pub auto_disable_after: Duration,
 }
 
 /// The shortest `SWEEP_INTERVAL`: dispatchers send first attempts younger

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod dead_letters;
 pub mod error;
 pub mod extract;
@@ -190,7 +191,10 @@ async fn serve(
         broker_up,
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
+        tasks: tasks.clone(),
+        stopping: background.clone(),
     };
+    tasks.spawn(housekeeping(store.clone(), config.clone(), state.relay_wake.clone(), background.clone()));
     tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));
     match config.retention() {
         Some(retention) => {
@@ -220,6 +224,47 @@ async fn serve(
     }
     tracing::info!("webhooks-api stopped");
     Ok(())
+}
+
+/// How often housekeeping looks for failing endpoints and expired keys.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Endpoint housekeeping, every [`HOUSEKEEPING_INTERVAL`]: disables the
+/// endpoints that have failed for `AUTO_DISABLE_AFTER` (API.md §8.3), and
+/// deletes the replaced keys whose overlap has ended (§8.2). Both are single
+/// statements, safe with several API processes.
+async fn housekeeping(store: Store, config: Config, relay_wake: Arc<tokio::sync::Notify>, shutdown: CancellationToken) {
+    let clock = config.common.clock.clone();
+    let mut tick = tokio::time::interval(HOUSEKEEPING_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        if !config.auto_disable_after.is_zero() {
+            match store.auto_disable_failing(clock.now(), config.auto_disable_after).await {
+                Ok(disabled) => {
+                    for endpoint in &disabled {
+                        tracing::warn!(
+                            endpoint_id = %endpoint.id,
+                            failing_since = ?endpoint.health.failing_since,
+                            "endpoint disabled: its deliveries kept failing"
+                        );
+                    }
+                    if !disabled.is_empty() {
+                        relay_wake.notify_one();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not check endpoint health"),
+            }
+        }
+        match store.purge_expired_keys(shared::time::now()).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(purged, "replaced endpoint keys deleted at the end of their overlap"),
+            Err(error) => tracing::warn!(%error, "could not delete expired endpoint keys"),
+        }
+    }
 }
 
 /// Forgets stored idempotent answers older than 24 hours, hourly.

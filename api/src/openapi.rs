@@ -287,6 +287,7 @@ and an unknown path 404 `not_found`.",
     paths(
         api_keys::whoami, api_keys::create, api_keys::list, api_keys::remove,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
+        webhooks::rotate_key, webhooks::recover,
         events::upcoming, events::logs, events::send, events::list,
     ),
     components(schemas(crate::error::ErrorBody)),

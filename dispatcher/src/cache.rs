@@ -9,7 +9,12 @@ use std::{
 };
 
 use anyhow::Context;
-use shared::{keys::KeyCipher, model::EndpointStatus, signing::Signer, store::Store};
+use shared::{
+    endpoint_signer::{EndpointSigner, KeySigner},
+    keys::KeyCipher,
+    model::EndpointStatus,
+    store::Store,
+};
 use url::Url;
 
 /// A loaded endpoint.
@@ -18,7 +23,7 @@ pub struct Endpoint {
     pub id: String,
     pub status: EndpointStatus,
     pub url: Url,
-    pub signer: Signer,
+    pub signer: EndpointSigner,
     loaded_at: Instant,
 }
 
@@ -65,8 +70,19 @@ impl EndpointCache {
         if record.status == EndpointStatus::Deleted {
             return Ok(None);
         }
-        let der = self.cipher.open(&record.private_key, record.id.as_bytes()).context("open private key")?;
-        let signer = Signer::from_pkcs8_der(&der).context("parse private key")?;
+        let open = |sealed: &[u8]| self.cipher.open(sealed, record.id.as_bytes()).context("open private key");
+        let current =
+            KeySigner::load(record.signature_scheme, &open(&record.private_key)?).context("parse private key")?;
+        // The replaced key signs until its overlap ends; the signer checks the
+        // time on every attempt, so a cached entry stops on time.
+        let previous = match &record.previous_key {
+            Some(key) => Some((
+                KeySigner::load(key.scheme, &open(&key.private_key)?).context("parse previous private key")?,
+                key.expires_at,
+            )),
+            None => None,
+        };
+        let signer = EndpointSigner::new(current, previous);
         let url = Url::parse(&record.url).context("stored url")?;
         let endpoint =
             Arc::new(Endpoint { id: record.id, status: record.status, url, signer, loaded_at: Instant::now() });
@@ -132,6 +148,7 @@ mod tests {
         let pair = shared::keys::generate_rsa_2048().unwrap();
         let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
         let new = NewEndpoint {
+            signature_scheme: shared::model::SignatureScheme::Platform,
             id: id.clone(),
             developer_id,
             url: "https://receiver.example/hook".into(),
@@ -146,7 +163,7 @@ mod tests {
         (sqlite, dir, developer_id, id)
     }
 
-    const BY: EndpointChange = EndpointChange { api_key_id: Uuid::nil() };
+    const BY: EndpointChange = EndpointChange { api_key_id: Some(Uuid::nil()) };
 
     #[tokio::test]
     async fn a_load_overtaken_by_an_invalidation_is_not_cached() {

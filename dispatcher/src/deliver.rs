@@ -7,7 +7,7 @@ use reqwest::{
     Client, StatusCode,
     header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT},
 };
-use shared::{net, signing::SIGNATURE_HEADER};
+use shared::net;
 
 use crate::cache::Endpoint;
 
@@ -39,8 +39,15 @@ impl Attempt {
     }
 }
 
-/// POSTs `body` to the endpoint, signed with its key.
-pub async fn attempt(client: &Client, endpoint: &Endpoint, event_id: &str, body: &str, allow_private: bool) -> Attempt {
+/// POSTs `body` to the endpoint, signed at `now` with its keys.
+pub async fn attempt(
+    client: &Client,
+    endpoint: &Endpoint,
+    event_id: &str,
+    body: &str,
+    allow_private: bool,
+    now: chrono::DateTime<Utc>,
+) -> Attempt {
     let started = Instant::now();
     let failed = |error: &'static str| Attempt {
         status: None,
@@ -53,14 +60,15 @@ pub async fn attempt(client: &Client, endpoint: &Endpoint, event_id: &str, body:
     if let Err(error) = net::check_literal_host(&endpoint.url, allow_private) {
         return failed(error.code());
     }
-    let signature = endpoint.signer.sign(Utc::now().timestamp_millis(), body.as_bytes());
-    let request = client
+    let mut request = client
         .post(endpoint.url.clone())
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE))
-        .header(SIGNATURE_HEADER, signature)
-        .header(WEBHOOK_ID_HEADER, event_id)
-        .body(body.to_owned());
+        .header(WEBHOOK_ID_HEADER, event_id);
+    for (name, value) in endpoint.signer.headers(event_id, now, body.as_bytes()) {
+        request = request.header(name, value);
+    }
+    let request = request.body(body.to_owned());
     let mut response = match request.send().await {
         Ok(response) => response,
         Err(error) => return failed(net::classify_reqwest_error(&error)),

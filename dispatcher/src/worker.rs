@@ -168,8 +168,15 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     }
     context.metrics.in_flight.inc();
     let allow_private = context.common.target_allow_private;
-    let mut attempt =
-        deliver::attempt(&context.client, &endpoint, &message.event_id, &message.body, allow_private).await;
+    let mut attempt = deliver::attempt(
+        &context.client,
+        &endpoint,
+        &message.event_id,
+        &message.body,
+        allow_private,
+        shared::time::now(),
+    )
+    .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
 
@@ -189,7 +196,8 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         response_body: attempt.response_body.take(),
         error: attempt.error.map(str::to_owned),
         duration_ms: i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX),
-        created_at: shared::time::now(),
+        // The clock of endpoint health, which counts the days of failures.
+        created_at: context.common.clock.now(),
     });
     if let After::Retry { delay, next } = &after {
         if let Err(error) = ticket.schedule_retry(next, *delay).await {

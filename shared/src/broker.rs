@@ -265,6 +265,12 @@ pub enum ChangeKind {
     UrlChanged,
     CategoriesChanged,
     Deleted,
+    /// A fresh key pair of the same scheme; the old key overlaps.
+    KeyRotated,
+    /// A fresh key pair of another scheme; the old key overlaps.
+    SchemeChanged,
+    /// The service disabled the endpoint: its deliveries kept failing.
+    AutoDisabled,
 }
 
 impl ChangeKind {
@@ -277,6 +283,9 @@ impl ChangeKind {
             ChangeKind::UrlChanged => "url_changed",
             ChangeKind::CategoriesChanged => "categories_changed",
             ChangeKind::Deleted => "deleted",
+            ChangeKind::KeyRotated => "key_rotated",
+            ChangeKind::SchemeChanged => "scheme_changed",
+            ChangeKind::AutoDisabled => "auto_disabled",
         }
     }
 }

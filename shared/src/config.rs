@@ -173,6 +173,10 @@ pub struct CommonConfig {
     /// `text` or `json` log lines on stderr.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// The clock of day-long decisions (endpoint health); tests move it.
+    #[arg(skip)]
+    pub clock: crate::time::Clock,
 }
 
 impl fmt::Debug for CommonConfig {
@@ -190,7 +194,7 @@ impl fmt::Debug for CommonConfig {
             .field("retry_schedule", &self.retry_schedule)
             .field("key_encryption_key", &self.key_encryption_key)
             .field("log_format", &self.log_format)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

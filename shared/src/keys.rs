@@ -34,6 +34,12 @@ pub enum KeyError {
     /// The system random generator failed while encrypting.
     #[error("could not encrypt a private key: the system random generator failed")]
     Encrypt,
+    /// The Ed25519 key pair generator failed.
+    #[error("could not generate an Ed25519 key pair")]
+    Ed25519Generation,
+    /// The private key is not an Ed25519 PKCS#8 key.
+    #[error("Ed25519 private key rejected: {0}")]
+    InvalidEd25519Key(aws_lc_rs::error::KeyRejected),
     /// The blob is encrypted but does not open under this key and endpoint id.
     #[error(
         "stored private key could not be decrypted: wrong KEY_ENCRYPTION_KEY, or the \
@@ -97,6 +103,33 @@ pub fn generate_rsa_2048() -> Result<GeneratedKeyPair, KeyError> {
         pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
     );
     Ok(GeneratedKeyPair { private_pkcs8_der, public_key_pem })
+}
+
+/// Prefix of a `standard` endpoint's public key: `whpk_` and the standard
+/// base64 of its 32 bytes.
+pub const STANDARD_PUBLIC_KEY_PREFIX: &str = "whpk_";
+
+/// Generates the Ed25519 key pair of a `standard` endpoint: the private half
+/// as PKCS#8 DER, the public half as `whpk_<base64>`.
+pub fn generate_ed25519() -> Result<GeneratedKeyPair, KeyError> {
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
+    let document = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).map_err(|_| KeyError::Ed25519Generation)?;
+    let private_pkcs8_der = document.as_ref().to_vec();
+    let key_pair = Ed25519KeyPair::from_pkcs8(&private_pkcs8_der).map_err(KeyError::InvalidEd25519Key)?;
+    let public_key_pem = format!(
+        "{STANDARD_PUBLIC_KEY_PREFIX}{}",
+        base64::engine::general_purpose::STANDARD.encode(key_pair.public_key().as_ref())
+    );
+    Ok(GeneratedKeyPair { private_pkcs8_der, public_key_pem })
+}
+
+/// Generates a key pair for `scheme`: RSA-2048 for `platform`, Ed25519 for
+/// `standard`. In `public_key_pem`, the public key as the API shows it.
+pub fn generate(scheme: crate::model::SignatureScheme) -> Result<GeneratedKeyPair, KeyError> {
+    match scheme {
+        crate::model::SignatureScheme::Platform => generate_rsa_2048(),
+        crate::model::SignatureScheme::Standard => generate_ed25519(),
+    }
 }
 
 /// Format byte of a blob holding the private key in the clear.

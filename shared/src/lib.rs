@@ -8,12 +8,14 @@
 pub mod broker;
 pub mod config;
 pub mod db;
+pub mod endpoint_signer;
 pub mod ids;
 pub mod keys;
 pub mod model;
 pub mod net;
 pub mod shutdown;
 pub mod signing;
+pub mod standard;
 pub mod store;
 pub mod telemetry;
 pub mod time;

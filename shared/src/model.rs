@@ -267,6 +267,57 @@ impl FromStr for Category {
     }
 }
 
+/// How an endpoint's deliveries are signed (API.md §6, §8.4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SignatureScheme {
+    /// RSA-2048, `X-Webhook-Signature: t=<ms>,v0=<base64>` (the original platform's).
+    #[default]
+    Platform,
+    /// Standard Webhooks, asymmetric: Ed25519, `webhook-id`,
+    /// `webhook-timestamp` (seconds) and `webhook-signature: v1a,<base64>`.
+    Standard,
+}
+
+impl SignatureScheme {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureScheme::Platform => "platform",
+            SignatureScheme::Standard => "standard",
+        }
+    }
+}
+
+impl FromStr for SignatureScheme {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "platform" => Ok(SignatureScheme::Platform),
+            "standard" => Ok(SignatureScheme::Standard),
+            _ => Err(()),
+        }
+    }
+}
+
+/// How an endpoint's deliveries have been going (API.md §8.3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// The last 2xx answer, or null.
+    #[serde(serialize_with = "crate::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// The last failed attempt, or null.
+    #[serde(serialize_with = "crate::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub last_failure_at: Option<DateTime<Utc>>,
+    /// The first failure since the last success, or null while deliveries
+    /// succeed.
+    #[serde(serialize_with = "crate::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub failing_since: Option<DateTime<Utc>>,
+}
+
 /// A webhook endpoint as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Webhook {
@@ -277,8 +328,24 @@ pub struct Webhook {
     #[schema(format = "uri")]
     pub url: String,
     pub status: EndpointStatus,
-    /// PEM SubjectPublicKeyInfo that verifies this endpoint's deliveries.
+    /// The key that verifies this endpoint's deliveries: PEM
+    /// SubjectPublicKeyInfo (RSA) for the `platform` scheme, `whpk_` and the
+    /// base64 of the 32-byte Ed25519 key for `standard`.
     pub public_key: String,
+    pub signature_scheme: SignatureScheme,
+    /// After a rotation or a scheme change, until `previous_key_expires_at`:
+    /// the key replaced, which still signs every delivery beside the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_public_key: Option<String>,
+    /// When the previous key stops signing and its private half is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "crate::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub previous_key_expires_at: Option<DateTime<Utc>>,
+    /// `failing` when the service disabled the endpoint because its
+    /// deliveries kept failing; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<DisabledReason>,
+    pub health: Health,
     pub event_epoch: EventEpoch,
     /// Empty means every category.
     pub event_categories: Vec<Category>,
@@ -288,6 +355,14 @@ pub struct Webhook {
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
+}
+
+/// Why the service (not a developer) disabled an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DisabledReason {
+    /// Every delivery failed for `AUTO_DISABLE_AFTER`, on three days or more.
+    Failing,
 }
 
 /// Whether an endpoint with these categories gets events of `category`.
@@ -338,6 +413,13 @@ pub struct DeliveryLog {
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
+}
+
+impl DeliveryLog {
+    /// Whether the attempt succeeded: a 2xx answer and no error.
+    pub fn succeeded(&self) -> bool {
+        self.error.is_none() && self.status.is_some_and(|s| (200..300).contains(&s))
+    }
 }
 
 /// A list answer: `{count, data}`.

@@ -129,6 +129,30 @@ impl Signer {
     }
 }
 
+/// Signs one delivery attempt with several keys at once (a rotation's
+/// overlap): one `t`, then one `v0` per signer in the order given, newest
+/// first. The same as [`Signer::sign`] for one signer.
+///
+/// # Panics
+///
+/// As [`Signer::sign`].
+pub fn sign_all(signers: &[&Signer], timestamp_ms: i64, body: &[u8]) -> String {
+    let longest = signers.iter().map(|s| s.key_pair.public_modulus_len()).max().unwrap_or(0);
+    let mut header = String::with_capacity(header_len(longest) * signers.len().max(1));
+    push_timestamp(&mut header, timestamp_ms);
+    let digest = pre_digest(&header["t=".len()..], body);
+    let mut buffer = [0u8; MAX_SIGNATURE_LEN];
+    for signer in signers {
+        let signature = &mut buffer[..signer.key_pair.public_modulus_len()];
+        signer
+            .key_pair
+            .sign(&RSA_PKCS1_SHA256, &signer.rng, digest.as_ref(), signature)
+            .expect("RSA signing fails only when the system random generator does");
+        push_signature(&mut header, signature);
+    }
+    header
+}
+
 /// Formats a signature header from its parts, for tools and tests that sign
 /// elsewhere; [`Signer::sign`] produces the same format.
 pub fn header_value(timestamp_ms: i64, signature: &[u8]) -> String {

@@ -11,6 +11,7 @@ use shared::{
     config::Environment,
     model::{ApiKey, ApiKeyType, Scope},
     store::{Store, sqlite::SqliteStore},
+    time::Clock,
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -231,6 +232,9 @@ pub struct TestApi {
     pub config: api::Config,
     /// The AMQP URL it uses.
     pub amqp_url: String,
+    /// The clock of endpoint health, shared by the instance and every
+    /// dispatcher started for it: tests move it to let days pass.
+    pub clock: Clock,
     internal_token: Option<String>,
     shared_args: Vec<String>,
     delivery_args: Vec<String>,
@@ -352,16 +356,19 @@ impl TestApi {
         };
         let (public, internal) = (listeners.public.local_addr()?, listeners.internal.local_addr()?);
         let shutdown = CancellationToken::new();
+        let clock = Clock::default();
         let (config, store, queues, running) = match &data_dir {
             None => {
-                let config = api::Config::from_args(&args).context("API flags")?;
+                let mut config = api::Config::from_args(&args).context("API flags")?;
+                config.common.clock = clock.clone();
                 let queues = QueueCleanup::new(&amqp_url, &prefix, &config.common.retry_schedule);
                 let store = api::connect_database(&config.common).await.context("test database")?;
                 let running = tokio::spawn(api::run(config.clone(), listeners, shutdown.clone()));
                 (config, store, Some(queues), running)
             }
             Some(DataDir(dir)) => {
-                let standalone = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+                let mut standalone = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+                standalone.api.common.clock = clock.clone();
                 let store = Store::Sqlite(SqliteStore::open(dir).await.context("standalone store")?);
                 let config = standalone.api.clone();
                 // Delivery runs beside it when a test starts a dispatcher,
@@ -396,6 +403,7 @@ impl TestApi {
             config,
             amqp_url,
             internal_token: options.internal_token,
+            clock,
             shared_args,
             delivery_args: options.delivery_args,
             shutdown,
@@ -563,8 +571,8 @@ impl TestApi {
         args.extend(self.delivery_args.iter().cloned());
         args.extend(extra_args.iter().map(|s| (*s).to_owned()));
         match self.store.sqlite() {
-            None => TestDispatcher::start(args, &self.client).await,
-            Some(store) => TestDispatcher::start_embedded(args, store.clone(), &self.client).await,
+            None => TestDispatcher::start(args, self.clock.clone(), &self.client).await,
+            Some(store) => TestDispatcher::start_embedded(args, store.clone(), self.clock.clone(), &self.client).await,
         }
     }
 

@@ -27,9 +27,11 @@ impl TestDispatcher {
     pub(crate) async fn start_embedded(
         args: Vec<String>,
         store: SqliteStore,
+        clock: shared::time::Clock,
         client: &reqwest::Client,
     ) -> anyhow::Result<TestDispatcher> {
-        let config = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+        let mut config = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
+        config.api.common.clock = clock;
         let metrics = Arc::new(dispatcher::metrics::Metrics::new());
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -50,8 +52,13 @@ impl TestDispatcher {
 
     /// Starts a dispatcher with `args` (the shared flags, then its own) and
     /// waits until its `/readyz` answers 200.
-    pub(crate) async fn start(args: Vec<String>, client: &reqwest::Client) -> anyhow::Result<TestDispatcher> {
-        let config = dispatcher::config::Config::from_args(&args).context("dispatcher flags")?;
+    pub(crate) async fn start(
+        args: Vec<String>,
+        clock: shared::time::Clock,
+        client: &reqwest::Client,
+    ) -> anyhow::Result<TestDispatcher> {
+        let mut config = dispatcher::config::Config::from_args(&args).context("dispatcher flags")?;
+        config.common.clock = clock;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();

@@ -21,6 +21,7 @@ pub fn router(state: AppState) -> Router {
     let v0 = Router::new().merge(authenticated).route("/openapi.json", get(openapi::serve));
     Router::new()
         .nest("/v0", v0)
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
@@ -36,7 +37,9 @@ pub fn router(state: AppState) -> Router {
 pub(crate) fn post_scope(route: &str) -> Option<Scope> {
     match route {
         "/v0/api_keys" => Some(Scope::ApiKeysWrite),
-        "/v0/webhooks" | "/v0/webhooks/{id}/send" => Some(Scope::WebhooksWrite),
+        "/v0/webhooks" | "/v0/webhooks/{id}/send" | "/v0/webhooks/{id}/rotate_key" | "/v0/webhooks/{id}/recover" => {
+            Some(Scope::WebhooksWrite)
+        }
         _ => None,
     }
 }
@@ -61,7 +64,7 @@ mod tests {
         let paths = document["paths"].as_object().unwrap();
         let posts: Vec<&str> =
             paths.iter().filter(|(_, item)| item.get("post").is_some()).map(|(path, _)| path.as_str()).collect();
-        assert_eq!(posts.len(), 3, "{posts:?}");
+        assert_eq!(posts.len(), 5, "{posts:?}");
         for path in posts {
             assert!(post_scope(path).is_some(), "POST {path} declares no scope in post_scope");
         }

@@ -3,11 +3,12 @@
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use serde::{Deserialize, Serialize};
 use shared::{
-    ids,
-    keys::generate_rsa_2048,
-    model::{Category, EndpointStatus, EventEpoch, List, Scope, Webhook},
+    ids, keys,
+    model::{Category, EndpointStatus, EventEpoch, List, Scope, SignatureScheme, Webhook},
     net::{self, parse_target_url},
-    store::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome},
+    store::{
+        EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, RecoveryWindow, ReplacementKey, UpdateOutcome,
+    },
     tls,
 };
 use utoipa::{IntoParams, ToSchema};
@@ -35,6 +36,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/webhooks", get(list).post(create))
         .route("/webhooks/{id}", get(show).put(update).delete(remove))
+        .route("/webhooks/{id}/rotate_key", axum::routing::post(rotate_key))
+        .route("/webhooks/{id}/recover", axum::routing::post(recover))
 }
 
 /// Body of `POST /v0/webhooks`.
@@ -53,6 +56,10 @@ pub struct CreateWebhook {
     /// Empty or absent means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
+    /// `platform` (the default: RSA, `X-Webhook-Signature`) or `standard`
+    /// (Standard Webhooks with Ed25519).
+    #[serde(default)]
+    pub signature_scheme: Option<SignatureScheme>,
 }
 
 /// Body of `PUT /v0/webhooks/{id}`: any of the fields; an empty body changes
@@ -73,6 +80,11 @@ pub struct UpdateWebhook {
     /// Empty means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
+    /// Another scheme gives the endpoint a fresh key pair of that scheme; the
+    /// old key keeps signing (in its own scheme's headers) for
+    /// `KEY_ROTATION_OVERLAP`. The current scheme is no change.
+    #[serde(default)]
+    pub signature_scheme: Option<SignatureScheme>,
 }
 
 /// The states a `PUT` may set.
@@ -111,6 +123,27 @@ fn limit_exceeded(limit: u32) -> ApiError {
     ApiError::LimitExceeded(format!("A developer may have at most {limit} webhook endpoints; delete one first"))
 }
 
+/// A fresh key pair of `scheme` for endpoint `id`: the public half as the API
+/// shows it, the private half sealed. RSA generation takes tens of
+/// milliseconds, so it runs off the async threads.
+async fn new_key_pair(state: &AppState, scheme: SignatureScheme, id: &str) -> ApiResult<(String, Vec<u8>)> {
+    let pair = tokio::task::spawn_blocking(move || keys::generate(scheme))
+        .await
+        .map_err(|e| ApiError::Unexpected(e.into()))?
+        .map_err(|e| ApiError::Unexpected(e.into()))?;
+    let private_key =
+        state.cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).map_err(|e| ApiError::Unexpected(e.into()))?;
+    Ok((pair.public_key_pem, private_key))
+}
+
+/// A replacement for the endpoint's key, of `scheme`; the current key
+/// overlaps for `KEY_ROTATION_OVERLAP`.
+async fn replacement(state: &AppState, scheme: SignatureScheme, id: &str) -> ApiResult<ReplacementKey> {
+    let (public_key, private_key) = new_key_pair(state, scheme, id).await?;
+    let overlap = chrono::Duration::from_std(state.config.key_rotation_overlap).unwrap_or(chrono::Duration::MAX);
+    Ok(ReplacementKey { scheme, public_key, private_key, previous_expires_at: shared::time::now() + overlap })
+}
+
 /// Registers an endpoint.
 ///
 /// Needs `webhooks:write`. The endpoint starts `disabled`, with a fresh
@@ -137,23 +170,20 @@ pub async fn create(
         return Err(limit_exceeded(limit));
     }
     let url = check_url(&state, &body.url).await?;
-    let pair = tokio::task::spawn_blocking(generate_rsa_2048)
-        .await
-        .map_err(|e| ApiError::Unexpected(e.into()))?
-        .map_err(|e| ApiError::Unexpected(e.into()))?;
     let id = ids::new_endpoint_id();
-    let private_key =
-        state.cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let scheme = body.signature_scheme.unwrap_or_default();
+    let (public_key, private_key) = new_key_pair(&state, scheme, &id).await?;
     let new = NewEndpoint {
+        signature_scheme: scheme,
         id,
         developer_id: caller.developer_id(),
         url,
         event_epoch: body.event_epoch.unwrap_or_default(),
         event_categories: body.event_categories.unwrap_or_default(),
-        public_key_pem: pair.public_key_pem,
+        public_key_pem: public_key,
         private_key,
     };
-    let by = EndpointChange { api_key_id: caller.key.id };
+    let by = EndpointChange::by_key(caller.key.id);
     let record = state.store.create_endpoint(new, i64::from(limit), by).await?.ok_or_else(|| limit_exceeded(limit))?;
     state.relay_wake.notify_one();
     tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint created");
@@ -236,8 +266,12 @@ pub async fn update(
         }
         _ => None,
     };
-    let update = EndpointUpdate { url, status, event_categories: body.event_categories };
-    let by = EndpointChange { api_key_id: caller.key.id };
+    let new_key = match body.signature_scheme {
+        Some(scheme) if scheme != current.signature_scheme => Some(replacement(&state, scheme, &current.id).await?),
+        _ => None,
+    };
+    let update = EndpointUpdate { url, status, event_categories: body.event_categories, new_key };
+    let by = EndpointChange::by_key(caller.key.id);
     match state.store.update_endpoint(caller.developer_id(), &id, update, by).await? {
         UpdateOutcome::Updated(record) => {
             state.relay_wake.notify_one();
@@ -272,9 +306,143 @@ pub async fn remove(
     if !ids::is_well_formed(&id, ids::ENDPOINT_PREFIX) {
         return Err(ApiError::NotFound);
     }
-    let by = EndpointChange { api_key_id: caller.key.id };
+    let by = EndpointChange::by_key(caller.key.id);
     let record = state.store.delete_endpoint(caller.developer_id(), &id, by).await?.ok_or(ApiError::NotFound)?;
     state.relay_wake.notify_one();
     tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint deleted");
     Ok(axum::Json(record.to_webhook()))
+}
+
+/// Gives an endpoint a fresh key pair.
+///
+/// Needs `webhooks:write`. The new key (same scheme) signs from now on; the
+/// replaced one keeps signing beside it, second in the signature header,
+/// until `previous_key_expires_at` (`KEY_ROTATION_OVERLAP`, default 24 hours),
+/// so a receiver holding either public key verifies every delivery. Then its
+/// private half is deleted. A rotation during an overlap replaces the
+/// previous key: only the two newest keys sign.
+#[utoipa::path(post, path = "/v0/webhooks/{id}/rotate_key", tag = "webhooks", operation_id = "rotateWebhookKey",
+    params(EndpointId, IdempotencyKey),
+    responses(
+        (status = 200, description = "The endpoint with its new `public_key`, `previous_public_key` and `previous_key_expires_at`", body = Webhook,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`Idempotency-Key` missing or malformed", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+    ))]
+pub async fn rotate_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Webhook>> {
+    caller.require(Scope::WebhooksWrite)?;
+    let current = find(&state, &caller, &id).await?;
+    let new_key = Some(replacement(&state, current.signature_scheme, &current.id).await?);
+    let update = EndpointUpdate { new_key, ..EndpointUpdate::default() };
+    let by = EndpointChange::by_key(caller.key.id);
+    match state.store.update_endpoint(caller.developer_id(), &id, update, by).await? {
+        UpdateOutcome::Updated(record) => {
+            state.relay_wake.notify_one();
+            tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint key rotated");
+            Ok(axum::Json(record.to_webhook()))
+        }
+        UpdateOutcome::NotFound => Err(ApiError::NotFound),
+        UpdateOutcome::UrlChangeWhileActive => Err(url_change_while_active()),
+    }
+}
+
+/// Body of `POST /v0/webhooks/{id}/recover`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"since": "2026-11-20T00:00:00.000Z", "until": "2026-11-21T00:00:00.000Z"}))]
+pub struct RecoverWindow {
+    /// Events created at or after this time (RFC 3339).
+    #[schema(value_type = String, format = DateTime)]
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// Events created before this time; absent: up to now.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Answer of `POST /v0/webhooks/{id}/recover`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Recovering {
+    /// How many deliveries are being queued.
+    pub queued: u64,
+}
+
+/// Events a recovery queues per transaction.
+const RECOVERY_BATCH: i64 = 500;
+
+/// Queues again every failed or upcoming delivery of a time window.
+///
+/// Needs `webhooks:write`. Every event of the window meant for the endpoint
+/// whose delivery `failed`, is upcoming (held while the endpoint was
+/// disabled), or was never made (`beginning_of_time` endpoints) is queued as
+/// `send` queues one: an attempt now, whatever the endpoint's status, then
+/// the retry schedule. Deliveries already pending or retrying are left
+/// alone, so no event is queued twice. Answers at once with the count; the
+/// deliveries are queued in the background, in batches of 500 events, oldest
+/// first. Should the process stop half-way, the same call again queues what
+/// is left (and nothing twice).
+#[utoipa::path(post, path = "/v0/webhooks/{id}/recover", tag = "webhooks", operation_id = "recoverWebhook",
+    params(EndpointId, IdempotencyKey),
+    request_body = RecoverWindow,
+    responses(
+        (status = 202, description = "The deliveries are being queued", body = Recovering,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid`/`required` body field (`since` after `until`, or not a time), or `Idempotency-Key` missing or malformed", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+    ))]
+pub async fn recover(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Json(body): Json<RecoverWindow>,
+) -> ApiResult<(StatusCode, axum::Json<Recovering>)> {
+    caller.require(Scope::WebhooksWrite)?;
+    let endpoint = find(&state, &caller, &id).await?;
+    let until = body.until.unwrap_or_else(shared::time::now);
+    if body.since > until {
+        return Err(ApiError::invalid(Location::Body, "since", "since must not be after until"));
+    }
+    let window = RecoveryWindow { since: body.since, until };
+    let queued = state.store.recoverable(&endpoint, window).await?;
+    tracing::info!(endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");
+    if queued > 0 {
+        state.tasks.spawn(queue_window(state.clone(), endpoint, window));
+    }
+    Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })))
+}
+
+/// A recovery's batches, oldest events first, each one transaction; stops
+/// early at shutdown (the rest can be recovered again).
+async fn queue_window(state: AppState, endpoint: EndpointRecord, window: RecoveryWindow) {
+    let mut after = 0;
+    let mut queued = 0;
+    loop {
+        if state.stopping.is_cancelled() {
+            tracing::warn!(endpoint_id = %endpoint.id, queued, "recovery stopped by shutdown; recover again for the rest");
+            return;
+        }
+        match state.store.recover_batch(&endpoint, window, after, RECOVERY_BATCH).await {
+            Ok(batch) => {
+                queued += batch.queued;
+                if batch.queued > 0 {
+                    state.relay_wake.notify_one();
+                }
+                match batch.last_sequence {
+                    Some(last) => after = last,
+                    None => break,
+                }
+            }
+            Err(error) => {
+                tracing::warn!(endpoint_id = %endpoint.id, %error, queued, "recovery failed; recover again for the rest");
+                return;
+            }
+        }
+    }
+    tracing::info!(endpoint_id = %endpoint.id, queued, "recovery queued");
 }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::{
     broker::ChangeKind,
-    model::{Category, EndpointStatus, EventEpoch, Webhook},
+    model::{Category, DisabledReason, EndpointStatus, EventEpoch, Health, SignatureScheme, Webhook},
 };
 
 /// An endpoint as stored, private key included (still sealed).
@@ -19,12 +19,54 @@ pub struct EndpointRecord {
     pub status: EndpointStatus,
     pub event_epoch: EventEpoch,
     pub event_categories: Vec<Category>,
+    /// The public key as the API shows it (PEM, or `whpk_…` for `standard`).
     pub public_key_pem: String,
     /// Sealed by [`crate::keys::KeyCipher`]; opened only to sign. Empty once
     /// the endpoint is deleted: nothing may sign for it again.
     pub private_key: Vec<u8>,
+    pub signature_scheme: SignatureScheme,
+    /// The key a rotation or scheme change replaced, while it overlaps.
+    pub previous_key: Option<StoredKey>,
+    pub disabled_reason: Option<DisabledReason>,
+    pub health: Health,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A signing key as stored: its scheme, public half and sealed private half,
+/// and for a replaced key, when it stops signing.
+#[derive(Clone)]
+pub struct StoredKey {
+    pub scheme: SignatureScheme,
+    pub public_key: String,
+    pub private_key: Vec<u8>,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKey")
+            .field("scheme", &self.scheme)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh key pair for an endpoint (rotation, scheme change): the current
+/// key becomes the previous one until `previous_expires_at`.
+#[derive(Clone)]
+pub struct ReplacementKey {
+    pub scheme: SignatureScheme,
+    pub public_key: String,
+    /// Sealed.
+    pub private_key: Vec<u8>,
+    pub previous_expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for ReplacementKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplacementKey").field("scheme", &self.scheme).finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for EndpointRecord {
@@ -45,6 +87,11 @@ impl EndpointRecord {
             url: self.url.clone(),
             status: self.status,
             public_key: self.public_key_pem.clone(),
+            signature_scheme: self.signature_scheme,
+            previous_public_key: self.previous_key.as_ref().map(|k| k.public_key.clone()),
+            previous_key_expires_at: self.previous_key.as_ref().map(|k| k.expires_at),
+            disabled_reason: self.disabled_reason,
+            health: self.health.clone(),
             event_epoch: self.event_epoch,
             event_categories: self.event_categories.clone(),
             created_at: self.created_at,
@@ -71,29 +118,40 @@ pub struct NewEndpoint {
     pub event_categories: Vec<Category>,
     pub public_key_pem: String,
     pub private_key: Vec<u8>,
+    pub signature_scheme: SignatureScheme,
 }
 
-/// What a PUT asks to change; `None` leaves a field alone.
+/// What a PUT (or a rotation) asks to change; `None` leaves a field alone.
 #[derive(Debug, Default)]
 pub struct EndpointUpdate {
     pub url: Option<String>,
     pub status: Option<EndpointStatus>,
     pub event_categories: Option<Vec<Category>>,
+    /// A new key pair: a rotation (same scheme) or a scheme change.
+    pub new_key: Option<ReplacementKey>,
 }
 
 /// How an update ended.
 #[derive(Debug)]
 pub enum UpdateOutcome {
-    Updated(EndpointRecord),
+    Updated(Box<EndpointRecord>),
     NotFound,
     /// The url may change only while the endpoint is disabled.
     UrlChangeWhileActive,
 }
 
-/// Who made a change, for the lifecycle record.
+/// Who made a change, for the lifecycle record: a key, or the service itself
+/// (`None`: an automatic disable).
 #[derive(Debug, Clone, Copy)]
 pub struct EndpointChange {
-    pub api_key_id: Uuid,
+    pub api_key_id: Option<Uuid>,
+}
+
+impl EndpointChange {
+    /// A change made with the API key `id`.
+    pub fn by_key(id: Uuid) -> EndpointChange {
+        EndpointChange { api_key_id: Some(id) }
+    }
 }
 
 /// One recorded change: its kind and what it changed.
@@ -172,11 +230,82 @@ pub(crate) fn apply_update(
         };
         changes.push((kind, serde_json::json!({ "from": record.status, "to": status })));
         record.status = status;
+        // The reason belongs to the service's disable; any change of status
+        // by a developer clears it.
+        record.disabled_reason = None;
+    }
+    if let Some(key) = update.new_key {
+        let kind =
+            if key.scheme == record.signature_scheme { ChangeKind::KeyRotated } else { ChangeKind::SchemeChanged };
+        changes.push((
+            kind,
+            serde_json::json!({
+                "from": record.signature_scheme,
+                "to": key.scheme,
+                "previous_key_expires_at": crate::time::format(&key.previous_expires_at),
+            }),
+        ));
+        record.previous_key = Some(StoredKey {
+            scheme: record.signature_scheme,
+            public_key: std::mem::take(&mut record.public_key_pem),
+            private_key: std::mem::take(&mut record.private_key),
+            expires_at: key.previous_expires_at,
+        });
+        record.signature_scheme = key.scheme;
+        record.public_key_pem = key.public_key;
+        record.private_key = key.private_key;
     }
     if !changes.is_empty() {
         record.updated_at = crate::time::now();
     }
     Ok(changes)
+}
+
+/// Whether `changes` include an activation, which forgets the endpoint's
+/// failing streak: it starts its health afresh.
+pub(crate) fn activates(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, _)| *kind == ChangeKind::Activated)
+}
+
+/// The stored names of an endpoint's optional parts.
+pub(crate) fn parse_optional(
+    id: &str,
+    scheme: &str,
+    disabled_reason: Option<&str>,
+) -> Result<(SignatureScheme, Option<DisabledReason>), crate::store::StoreError> {
+    let corrupt = |what: &str| crate::store::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    let reason = match disabled_reason {
+        None => None,
+        Some("failing") => Some(DisabledReason::Failing),
+        Some(_) => return Err(corrupt("disabled_reason")),
+    };
+    Ok((scheme.parse().map_err(|()| corrupt("signature_scheme"))?, reason))
+}
+
+/// The replaced key of a row, when all its parts are there.
+pub(crate) fn previous_key(
+    id: &str,
+    scheme: Option<&str>,
+    public_key: Option<String>,
+    private_key: Option<Vec<u8>>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<Option<StoredKey>, crate::store::StoreError> {
+    match (scheme, public_key, private_key, expires_at) {
+        (Some(scheme), Some(public_key), Some(private_key), Some(expires_at)) => Ok(Some(StoredKey {
+            scheme: scheme
+                .parse()
+                .map_err(|()| crate::store::StoreError::Corrupt(format!("endpoint {id}: bad previous_scheme")))?,
+            public_key,
+            private_key,
+            expires_at,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// The stored name of a disable reason.
+pub(crate) fn reason_name(reason: Option<DisabledReason>) -> Option<&'static str> {
+    reason.map(|DisabledReason::Failing| "failing")
 }
 
 /// The details recorded with a `created` change.

@@ -63,6 +63,24 @@ pub struct EventPage<'a> {
     pub ending_before: Option<&'a str>,
 }
 
+/// A time window of recovery (API.md §8.6): events created at or after
+/// `since` and before `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryWindow {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+}
+
+/// What one batch of a recovery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryBatch {
+    /// Deliveries queued by this batch.
+    pub queued: u64,
+    /// The sequence of the last event the batch looked at; `None` when it
+    /// found none: the window is done.
+    pub last_sequence: Option<i64>,
+}
+
 /// How `send` ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {

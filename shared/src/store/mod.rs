@@ -17,6 +17,7 @@ mod api_keys;
 mod deliveries;
 mod endpoints;
 mod events;
+pub mod health;
 mod idempotency;
 pub mod pg;
 mod retention;
@@ -24,8 +25,12 @@ pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
 pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
-pub use endpoints::{EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, UpdateOutcome};
-pub use events::{EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoredEvent};
+pub use endpoints::{
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
+};
+pub use events::{
+    EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow, SendOutcome, StoredEvent,
+};
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
 
@@ -226,6 +231,24 @@ impl Store {
         each_backend!(self, s => s.delete_endpoint(developer_id, id, by).await)
     }
 
+    /// Disables, with the change `auto_disabled` and `disabled_reason:
+    /// failing`, every active endpoint whose attempts have all failed since
+    /// before `now - after` and on at least [`health::FAILING_DAYS`] days;
+    /// returns the endpoints disabled.
+    pub async fn auto_disable_failing(
+        &self,
+        now: DateTime<Utc>,
+        after: std::time::Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        each_backend!(self, s => s.auto_disable_failing(now, after).await)
+    }
+
+    /// Deletes the replaced keys whose overlap ended by `now` (API.md §8.2);
+    /// returns how many.
+    pub async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        each_backend!(self, s => s.purge_expired_keys(now).await)
+    }
+
     // Events and deliveries.
 
     /// Stores an event and one delivery per endpoint it is meant for
@@ -263,6 +286,27 @@ impl Store {
     /// queues its first attempt.
     pub async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
         each_backend!(self, s => s.send_event(endpoint, event_id).await)
+    }
+
+    /// How many deliveries a recovery of `window` would queue: the events of
+    /// the window meant for the endpoint whose delivery is `failed` or
+    /// upcoming (held, or never made for a `beginning_of_time` endpoint).
+    pub async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+        each_backend!(self, s => s.recoverable(endpoint, window).await)
+    }
+
+    /// Queues, in one transaction, the recoverable deliveries among the
+    /// next `limit` events of the window after event sequence `after` (as
+    /// `send` does: one forced attempt, a new generation). A delivery that is
+    /// pending or retrying is left alone, so nothing is queued twice.
+    pub async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        each_backend!(self, s => s.recover_batch(endpoint, window, after, limit).await)
     }
 
     /// Writes a batch of outcomes in one transaction: the log rows, then the

@@ -6,7 +6,10 @@ use uuid::Uuid;
 use super::PgStore;
 use crate::{
     model::DeliveryLog,
-    store::{AttemptRecord, DeliveryState, RetryStanding, StoreResult},
+    store::{
+        AttemptRecord, DeliveryState, RetryStanding, StoreResult,
+        health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
+    },
 };
 
 /// How an outcome ranks among outcomes of one delivery: its generation, its
@@ -20,6 +23,7 @@ impl PgStore {
         if records.is_empty() {
             return Ok(());
         }
+        let health = health::changes(records);
         let mut records: Vec<&AttemptRecord> = records.iter().collect();
         records.sort_by_key(|r| r.delivery_id);
         let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
@@ -82,6 +86,7 @@ impl PgStore {
         .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
+        record_health(&mut tx, &health).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -178,4 +183,51 @@ impl PgStore {
                 .collect(),
         ))
     }
+}
+
+/// Writes a batch's health changes (see `store/health.rs`): successes first,
+/// then the failures after them.
+async fn record_health(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: &[HealthChange]) -> StoreResult<()> {
+    let successes: Vec<(&str, DateTime<Utc>)> =
+        changes.iter().filter_map(|c| c.succeeded_at.map(|at| (c.endpoint_id.as_str(), at))).collect();
+    if !successes.is_empty() {
+        sqlx::query(
+            "INSERT INTO endpoint_health AS h (endpoint_id, last_success_at)
+             SELECT * FROM unnest($1::text[], $2::timestamptz[])
+             ON CONFLICT (endpoint_id) DO UPDATE
+                SET last_success_at = GREATEST(h.last_success_at, excluded.last_success_at),
+                    failing_since = NULL, failing_days = 0, last_failure_day = NULL
+              WHERE (h.failing_since IS NOT NULL AND h.failing_since <= excluded.last_success_at)
+                 OR (h.failing_since IS NULL AND (h.last_success_at IS NULL
+                     OR h.last_success_at < excluded.last_success_at - make_interval(secs => $3)))",
+        )
+        .bind(successes.iter().map(|s| s.0).collect::<Vec<_>>())
+        .bind(successes.iter().map(|s| s.1).collect::<Vec<_>>())
+        .bind(SUCCESS_PRECISION_SECONDS)
+        .execute(&mut **tx)
+        .await?;
+    }
+    let failures: Vec<(&str, Failures)> =
+        changes.iter().filter_map(|c| c.failures.map(|f| (c.endpoint_id.as_str(), f))).collect();
+    if !failures.is_empty() {
+        sqlx::query(
+            "INSERT INTO endpoint_health AS h (endpoint_id, failing_since, last_failure_at, failing_days, last_failure_day)
+             SELECT e, f, l, 1 + (dl > df)::int, dl
+               FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::int4[], $5::int4[]) AS u(e, f, l, df, dl)
+             ON CONFLICT (endpoint_id) DO UPDATE
+                SET last_failure_at = GREATEST(h.last_failure_at, excluded.last_failure_at),
+                    failing_since = coalesce(h.failing_since, excluded.failing_since),
+                    failing_days = CASE WHEN h.failing_since IS NULL THEN excluded.failing_days
+                                        ELSE h.failing_days + (excluded.last_failure_day > h.last_failure_day)::int END,
+                    last_failure_day = GREATEST(h.last_failure_day, excluded.last_failure_day)",
+        )
+        .bind(failures.iter().map(|f| f.0).collect::<Vec<_>>())
+        .bind(failures.iter().map(|f| f.1.first_at).collect::<Vec<_>>())
+        .bind(failures.iter().map(|f| f.1.last_at).collect::<Vec<_>>())
+        .bind(failures.iter().map(|f| day(f.1.first_at)).collect::<Vec<_>>())
+        .bind(failures.iter().map(|f| day(f.1.last_at)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }

@@ -7,11 +7,16 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{PgStore, outbox};
+use crate::store::health::FAILING_DAYS;
 use crate::{
     broker::{ChangeKind, EndpointChanged, Envelope, Message},
+    model::Health,
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
-        endpoints::{apply_update, category_names, created_details, normalised, parse_names},
+        endpoints::{
+            activates, apply_update, category_names, created_details, normalised, parse_names, parse_optional,
+            previous_key, reason_name,
+        },
     },
 };
 
@@ -25,6 +30,15 @@ struct Row {
     event_categories: Vec<String>,
     public_key_pem: String,
     private_key: Vec<u8>,
+    signature_scheme: String,
+    previous_scheme: Option<String>,
+    previous_public_key: Option<String>,
+    previous_private_key: Option<Vec<u8>>,
+    previous_key_expires_at: Option<DateTime<Utc>>,
+    disabled_reason: Option<String>,
+    last_success_at: Option<DateTime<Utc>>,
+    last_failure_at: Option<DateTime<Utc>>,
+    failing_since: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -34,7 +48,24 @@ impl TryFrom<Row> for EndpointRecord {
     fn try_from(row: Row) -> Result<Self, StoreError> {
         let (status, event_epoch, event_categories) =
             parse_names(&row.id, &row.status, &row.event_epoch, &row.event_categories)?;
+        let (signature_scheme, disabled_reason) =
+            parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
+        let previous_key = previous_key(
+            &row.id,
+            row.previous_scheme.as_deref(),
+            row.previous_public_key,
+            row.previous_private_key,
+            row.previous_key_expires_at,
+        )?;
         Ok(EndpointRecord {
+            signature_scheme,
+            previous_key,
+            disabled_reason,
+            health: Health {
+                last_success_at: row.last_success_at,
+                last_failure_at: row.last_failure_at,
+                failing_since: row.failing_since,
+            },
             status,
             event_epoch,
             event_categories,
@@ -49,8 +80,13 @@ impl TryFrom<Row> for EndpointRecord {
     }
 }
 
-const COLUMNS: &str =
-    "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at";
+const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+     signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
+     disabled_reason,
+     (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
+     (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
+     (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
+     created_at, updated_at";
 
 impl PgStore {
     async fn record_change(
@@ -79,7 +115,7 @@ impl PgStore {
             endpoint_id: endpoint.id.clone(),
             developer_id: endpoint.developer_id,
             change,
-            api_key_id: Some(by.api_key_id),
+            api_key_id: by.api_key_id,
             occurred_at: at,
         }));
         outbox::enqueue(tx, &self.lifecycle_exchange, "", &message.to_bytes()).await?;
@@ -118,8 +154,9 @@ impl PgStore {
             .await?;
         let now = crate::time::now();
         let row: Row = sqlx::query_as(&format!(
-            "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $8, $8)
+            "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+                                    signature_scheme, created_at, updated_at)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $8, $8)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -130,6 +167,7 @@ impl PgStore {
         .bind(&new.public_key_pem)
         .bind(&new.private_key)
         .bind(now)
+        .bind(new.signature_scheme.as_str())
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -204,21 +242,42 @@ impl PgStore {
             Err(refused) => return Ok(refused.into()),
         };
         if changes.is_empty() {
-            return Ok(UpdateOutcome::Updated(record));
+            return Ok(UpdateOutcome::Updated(Box::new(record)));
         }
-        sqlx::query("UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5 WHERE id = $1")
-            .bind(&record.id)
-            .bind(&record.url)
-            .bind(record.status.as_str())
-            .bind(category_names(&record.event_categories))
-            .bind(record.updated_at)
-            .execute(&mut *tx)
-            .await?;
+        let previous = record.previous_key.as_ref();
+        sqlx::query(
+            "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
+                    public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
+                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13
+             WHERE id = $1",
+        )
+        .bind(&record.id)
+        .bind(&record.url)
+        .bind(record.status.as_str())
+        .bind(category_names(&record.event_categories))
+        .bind(record.updated_at)
+        .bind(reason_name(record.disabled_reason))
+        .bind(&record.public_key_pem)
+        .bind(&record.private_key)
+        .bind(record.signature_scheme.as_str())
+        .bind(previous.map(|k| k.scheme.as_str()))
+        .bind(previous.map(|k| &k.public_key))
+        .bind(previous.map(|k| &k.private_key))
+        .bind(previous.map(|k| k.expires_at))
+        .execute(&mut *tx)
+        .await?;
+        if activates(&changes) {
+            sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
+                .bind(&record.id)
+                .execute(&mut *tx)
+                .await?;
+            record.health.failing_since = None;
+        }
         for (kind, details) in changes {
             self.record_change(&mut tx, &record, kind, by, details).await?;
         }
         tx.commit().await?;
-        Ok(UpdateOutcome::Updated(record))
+        Ok(UpdateOutcome::Updated(Box::new(record)))
     }
 
     pub(in crate::store) async fn delete_endpoint(
@@ -232,7 +291,9 @@ impl PgStore {
         // The private key goes at once: nothing signs for a deleted
         // endpoint again, and a key kept is a key that can leak.
         let row: Option<Row> = sqlx::query_as(&format!(
-            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = ''::bytea
+            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = ''::bytea,
+                    previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
+                    previous_key_expires_at = NULL
              WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'
              RETURNING {COLUMNS}"
         ))
@@ -254,5 +315,49 @@ impl PgStore {
         self.record_change(&mut tx, &record, ChangeKind::Deleted, by, serde_json::json!({})).await?;
         tx.commit().await?;
         Ok(Some(record))
+    }
+
+    /// Disables every active endpoint whose deliveries have all failed since
+    /// before `now - after`, on at least three days; returns them.
+    pub(in crate::store) async fn auto_disable_failing(
+        &self,
+        now: DateTime<Utc>,
+        after: std::time::Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
+              WHERE status = 'active' AND id IN (
+                    SELECT endpoint_id FROM endpoint_health
+                     WHERE failing_since <= $1 - make_interval(secs => $2) AND failing_days >= {FAILING_DAYS})
+              RETURNING {COLUMNS}"
+        ))
+        .bind(now)
+        .bind(after.as_secs_f64())
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut disabled = Vec::with_capacity(rows.len());
+        for row in rows {
+            let record = EndpointRecord::try_from(row)?;
+            let details = serde_json::json!({ "from": "active", "to": "disabled", "reason": "failing" });
+            let by = EndpointChange { api_key_id: None };
+            self.record_change(&mut tx, &record, ChangeKind::AutoDisabled, by, details).await?;
+            disabled.push(record);
+        }
+        tx.commit().await?;
+        Ok(disabled)
+    }
+
+    /// Deletes the replaced keys whose overlap ended by `now`; returns how many.
+    pub(in crate::store) async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        Ok(sqlx::query(
+            "UPDATE endpoints SET previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
+                    previous_key_expires_at = NULL
+              WHERE previous_key_expires_at <= $1",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
     }
 }

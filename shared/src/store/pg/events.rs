@@ -10,8 +10,8 @@ use super::PgStore;
 use crate::{
     model::EventEpoch,
     store::{
-        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoreError, StoreResult,
-        StoredEvent,
+        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
+        SendOutcome, StoreError, StoreResult, StoredEvent,
     },
 };
 
@@ -216,4 +216,84 @@ impl PgStore {
         tx.commit().await?;
         Ok(SendOutcome::Queued)
     }
+
+    pub(in crate::store) async fn recoverable(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+    ) -> StoreResult<u64> {
+        let count: i64 = sqlx::query_scalar(&format!(
+            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+        ))
+        .bind(endpoint.developer_id)
+        .bind(&endpoint.id)
+        .bind(window.since)
+        .bind(window.until)
+        .bind(0_i64)
+        .bind(recovery_categories(endpoint))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(endpoint.created_at)
+        .bind(i64::MAX)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(count).unwrap_or_default())
+    }
+
+    pub(in crate::store) async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        let (queued, last_sequence): (i64, Option<i64>) = sqlx::query_as(&format!(
+            "WITH scanned AS ({SCANNED}),
+                  wanted AS ({WANTED}),
+                  armed AS (
+                      INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
+                      SELECT id, $2, 'pending', created_at, now() FROM wanted
+                      ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                         SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
+                             generation = deliveries.generation + 1
+                       WHERE deliveries.state IN ('failed', 'held')
+                      RETURNING id, generation),
+                  queued AS (
+                      INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force)
+                      SELECT '', $10, id, generation, true FROM armed
+                      RETURNING 1)
+             SELECT (SELECT count(*) FROM queued), (SELECT max(sequence) FROM scanned)"
+        ))
+        .bind(endpoint.developer_id)
+        .bind(&endpoint.id)
+        .bind(window.since)
+        .bind(window.until)
+        .bind(after)
+        .bind(recovery_categories(endpoint))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(endpoint.created_at)
+        .bind(limit)
+        .bind(&self.deliveries_queue)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
+    }
+}
+
+/// The window's events meant for endpoint `$2` of developer `$1` (categories
+/// `$6`, epoch: `$7` or created since `$8`), after sequence `$5`, at most `$9`.
+const SCANNED: &str = "
+    SELECT e.id, e.sequence, e.created_at FROM events e
+     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+       AND (cardinality($6::text[]) = 0 OR e.category = ANY ($6))
+       AND ($7 OR e.created_at >= $8)
+     ORDER BY e.sequence LIMIT $9";
+
+/// Of those, the ones whose delivery is failed, held or was never made.
+const WANTED: &str = "
+    SELECT s.id, s.created_at FROM scanned s
+      LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
+     WHERE d.id IS NULL OR d.state IN ('failed', 'held')";
+
+fn recovery_categories(endpoint: &EndpointRecord) -> Vec<&'static str> {
+    endpoint.event_categories.iter().map(|c| c.as_str()).collect()
 }

@@ -7,7 +7,10 @@ use uuid::{Uuid, fmt::Hyphenated};
 use super::{SqliteStore, micros, time};
 use crate::{
     model::DeliveryLog,
-    store::{AttemptRecord, DeliveryState, RetryStanding, StoreResult},
+    store::{
+        AttemptRecord, DeliveryState, RetryStanding, StoreResult,
+        health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
+    },
 };
 
 /// id, event_id, attempt, status, response_body, error, duration_ms, created_at
@@ -69,6 +72,7 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
+        record_health(&mut tx, &health::changes(records)).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -147,4 +151,50 @@ impl SqliteStore {
             .collect::<StoreResult<_>>()?;
         Ok(Some(logs))
     }
+}
+
+/// Writes a batch's health changes (see `store/health.rs`): successes first,
+/// then the failures after them.
+async fn record_health(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[HealthChange]) -> StoreResult<()> {
+    // Microseconds, as every stored time here.
+    let precision = (SUCCESS_PRECISION_SECONDS * 1e6) as i64;
+    for change in changes {
+        if let Some(at) = change.succeeded_at {
+            sqlx::query(
+                "INSERT INTO endpoint_health AS h (endpoint_id, last_success_at) VALUES ($1, $2)
+                 ON CONFLICT (endpoint_id) DO UPDATE
+                    SET last_success_at = max(coalesce(h.last_success_at, 0), excluded.last_success_at),
+                        failing_since = NULL, failing_days = 0, last_failure_day = NULL
+                  WHERE (h.failing_since IS NOT NULL AND h.failing_since <= excluded.last_success_at)
+                     OR (h.failing_since IS NULL AND (h.last_success_at IS NULL
+                         OR h.last_success_at < excluded.last_success_at - $3))",
+            )
+            .bind(&change.endpoint_id)
+            .bind(micros(at))
+            .bind(precision)
+            .execute(&mut **tx)
+            .await?;
+        }
+        if let Some(failures) = change.failures {
+            let (first_day, last_day) = (day(failures.first_at), day(failures.last_at));
+            sqlx::query(
+                "INSERT INTO endpoint_health AS h (endpoint_id, failing_since, last_failure_at, failing_days, last_failure_day)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (endpoint_id) DO UPDATE
+                    SET last_failure_at = max(coalesce(h.last_failure_at, 0), excluded.last_failure_at),
+                        failing_since = coalesce(h.failing_since, excluded.failing_since),
+                        failing_days = CASE WHEN h.failing_since IS NULL THEN excluded.failing_days
+                                            ELSE h.failing_days + (excluded.last_failure_day > h.last_failure_day) END,
+                        last_failure_day = max(coalesce(h.last_failure_day, 0), excluded.last_failure_day)",
+            )
+            .bind(&change.endpoint_id)
+            .bind(micros(failures.first_at))
+            .bind(micros(failures.last_at))
+            .bind(1 + i32::from(last_day > first_day))
+            .bind(last_day)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
 }

@@ -2,15 +2,21 @@
 //! written with its `endpoint_changes` row in one transaction, and announced
 //! on [`SqliteStore::changes`] once committed.
 
+use chrono::{DateTime, Utc};
 use sqlx::{Sqlite, Transaction};
 use uuid::{Uuid, fmt::Hyphenated};
 
 use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
 use crate::{
     broker::{ChangeKind, EndpointChanged},
+    model::Health,
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
-        endpoints::{apply_update, category_names, created_details, normalised, parse_names},
+        endpoints::{
+            activates, apply_update, category_names, created_details, normalised, parse_names, parse_optional,
+            previous_key, reason_name,
+        },
+        health::FAILING_DAYS,
     },
 };
 
@@ -24,6 +30,15 @@ struct Row {
     event_categories: String,
     public_key_pem: String,
     private_key: Vec<u8>,
+    signature_scheme: String,
+    previous_scheme: Option<String>,
+    previous_public_key: Option<String>,
+    previous_private_key: Option<Vec<u8>>,
+    previous_key_expires_at: Option<i64>,
+    disabled_reason: Option<String>,
+    last_success_at: Option<i64>,
+    last_failure_at: Option<i64>,
+    failing_since: Option<i64>,
     created_at: i64,
     updated_at: i64,
 }
@@ -34,7 +49,25 @@ impl TryFrom<Row> for EndpointRecord {
         let categories = parse_list(&row.event_categories)
             .ok_or_else(|| StoreError::Corrupt(format!("endpoint {}: bad categories", row.id)))?;
         let (status, event_epoch, event_categories) = parse_names(&row.id, &row.status, &row.event_epoch, &categories)?;
+        let (signature_scheme, disabled_reason) =
+            parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
+        let optional_time = |at: Option<i64>| at.map(time).transpose();
+        let previous_key = previous_key(
+            &row.id,
+            row.previous_scheme.as_deref(),
+            row.previous_public_key,
+            row.previous_private_key,
+            optional_time(row.previous_key_expires_at)?,
+        )?;
         Ok(EndpointRecord {
+            signature_scheme,
+            previous_key,
+            disabled_reason,
+            health: Health {
+                last_success_at: optional_time(row.last_success_at)?,
+                last_failure_at: optional_time(row.last_failure_at)?,
+                failing_since: optional_time(row.failing_since)?,
+            },
             status,
             event_epoch,
             event_categories,
@@ -49,8 +82,13 @@ impl TryFrom<Row> for EndpointRecord {
     }
 }
 
-const COLUMNS: &str =
-    "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at";
+const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+     signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
+     disabled_reason,
+     (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
+     (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
+     (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
+     created_at, updated_at";
 
 /// Records a change inside the caller's transaction; returns the message to
 /// announce once it commits.
@@ -69,7 +107,7 @@ async fn record_change(
     .bind(&endpoint.id)
     .bind(endpoint.developer_id.hyphenated())
     .bind(change.as_str())
-    .bind(by.api_key_id.hyphenated())
+    .bind(by.api_key_id.map(|id| id.hyphenated()))
     .bind(details.to_string())
     .bind(micros(at))
     .fetch_one(&mut **tx)
@@ -79,7 +117,7 @@ async fn record_change(
         endpoint_id: endpoint.id.clone(),
         developer_id: endpoint.developer_id,
         change,
-        api_key_id: Some(by.api_key_id),
+        api_key_id: by.api_key_id,
         occurred_at: at,
     })
 }
@@ -112,8 +150,9 @@ impl SqliteStore {
         let now = crate::time::now();
         ensure_developer(&mut tx, new.developer_id, now).await?;
         let row: Row = sqlx::query_as(&format!(
-            "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $8, $8)
+            "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+                                    signature_scheme, created_at, updated_at)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $8, $8)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -124,6 +163,7 @@ impl SqliteStore {
         .bind(&new.public_key_pem)
         .bind(&new.private_key)
         .bind(micros(now))
+        .bind(new.signature_scheme.as_str())
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -199,23 +239,44 @@ impl SqliteStore {
             Err(refused) => return Ok(refused.into()),
         };
         if changes.is_empty() {
-            return Ok(UpdateOutcome::Updated(record));
+            return Ok(UpdateOutcome::Updated(Box::new(record)));
         }
-        sqlx::query("UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5 WHERE id = $1")
-            .bind(&record.id)
-            .bind(&record.url)
-            .bind(record.status.as_str())
-            .bind(json_list(category_names(&record.event_categories)))
-            .bind(micros(record.updated_at))
-            .execute(&mut *tx)
-            .await?;
+        let previous = record.previous_key.as_ref();
+        sqlx::query(
+            "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
+                    public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
+                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13
+             WHERE id = $1",
+        )
+        .bind(&record.id)
+        .bind(&record.url)
+        .bind(record.status.as_str())
+        .bind(json_list(category_names(&record.event_categories)))
+        .bind(micros(record.updated_at))
+        .bind(reason_name(record.disabled_reason))
+        .bind(&record.public_key_pem)
+        .bind(&record.private_key)
+        .bind(record.signature_scheme.as_str())
+        .bind(previous.map(|k| k.scheme.as_str()))
+        .bind(previous.map(|k| &k.public_key))
+        .bind(previous.map(|k| &k.private_key))
+        .bind(previous.map(|k| micros(k.expires_at)))
+        .execute(&mut *tx)
+        .await?;
+        if activates(&changes) {
+            sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
+                .bind(&record.id)
+                .execute(&mut *tx)
+                .await?;
+            record.health.failing_since = None;
+        }
         let mut announced = Vec::with_capacity(changes.len());
         for (kind, details) in changes {
             announced.push(record_change(&mut tx, &record, kind, by, details).await?);
         }
         tx.commit().await?;
         self.announce(announced);
-        Ok(UpdateOutcome::Updated(record))
+        Ok(UpdateOutcome::Updated(Box::new(record)))
     }
 
     pub(in crate::store) async fn delete_endpoint(
@@ -229,7 +290,9 @@ impl SqliteStore {
         // The private key goes at once: nothing signs for a deleted
         // endpoint again, and a key kept is a key that can leak.
         let row: Option<Row> = sqlx::query_as(&format!(
-            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = X''
+            "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = X'',
+                    previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
+                    previous_key_expires_at = NULL
              WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'
              RETURNING {COLUMNS}"
         ))
@@ -252,5 +315,52 @@ impl SqliteStore {
         tx.commit().await?;
         self.announce(vec![change]);
         Ok(Some(record))
+    }
+
+    pub(in crate::store) async fn auto_disable_failing(
+        &self,
+        now: DateTime<Utc>,
+        after: std::time::Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let cutoff = micros(now) - i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
+        let mut tx = self.begin().await?;
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
+              WHERE status = 'active' AND id IN (
+                    SELECT endpoint_id FROM endpoint_health
+                     WHERE failing_since <= $2 AND failing_days >= {FAILING_DAYS})
+              RETURNING {COLUMNS}"
+        ))
+        .bind(micros(now))
+        .bind(cutoff)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut announced = Vec::with_capacity(rows.len());
+        let mut disabled = Vec::with_capacity(rows.len());
+        for row in rows {
+            let record = EndpointRecord::try_from(row)?;
+            let details = serde_json::json!({ "from": "active", "to": "disabled", "reason": "failing" });
+            let by = EndpointChange { api_key_id: None };
+            announced.push(record_change(&mut tx, &record, ChangeKind::AutoDisabled, by, details).await?);
+            disabled.push(record);
+        }
+        tx.commit().await?;
+        self.announce(announced);
+        Ok(disabled)
+    }
+
+    pub(in crate::store) async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        let mut tx = self.begin().await?;
+        let purged = sqlx::query(
+            "UPDATE endpoints SET previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
+                    previous_key_expires_at = NULL
+              WHERE previous_key_expires_at <= $1",
+        )
+        .bind(micros(now))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(purged)
     }
 }

@@ -9,8 +9,8 @@ use super::{SqliteStore, json_list, micros, time};
 use crate::{
     model::EventEpoch,
     store::{
-        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, SendOutcome, StoreError, StoreResult,
-        StoredEvent, endpoints::category_names,
+        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
+        SendOutcome, StoreError, StoreResult, StoredEvent, endpoints::category_names,
     },
 };
 
@@ -231,4 +231,104 @@ impl SqliteStore {
         self.work.notify_one();
         Ok(SendOutcome::Queued)
     }
+
+    pub(in crate::store) async fn recoverable(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+    ) -> StoreResult<u64> {
+        let count: i64 = sqlx::query_scalar(&format!(
+            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+        ))
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(&endpoint.id)
+        .bind(micros(window.since))
+        .bind(micros(window.until))
+        .bind(0_i64)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(micros(endpoint.created_at))
+        .bind(i64::MAX)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(u64::try_from(count).unwrap_or_default())
+    }
+
+    pub(in crate::store) async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        let mut tx = self.begin().await?;
+        let now = micros(crate::time::now());
+        let wanted: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT id, created_at FROM wanted"
+        ))
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(&endpoint.id)
+        .bind(micros(window.since))
+        .bind(micros(window.until))
+        .bind(after)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(micros(endpoint.created_at))
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let last_sequence: Option<i64> =
+            sqlx::query_scalar(&format!("WITH scanned AS ({SCANNED}) SELECT max(sequence) FROM scanned"))
+                .bind(endpoint.developer_id.hyphenated())
+                .bind(&endpoint.id)
+                .bind(micros(window.since))
+                .bind(micros(window.until))
+                .bind(after)
+                .bind(json_list(category_names(&endpoint.event_categories)))
+                .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+                .bind(micros(endpoint.created_at))
+                .bind(limit)
+                .fetch_one(&mut *tx)
+                .await?;
+        let mut queued = 0;
+        for (event_id, created_at) in wanted {
+            // As `send`: a new generation, one forced attempt.
+            queued += sqlx::query(
+                "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                         next_attempt, force, claimed, created_at, updated_at)
+                 VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4)
+                 ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                    SET state = 'pending', next_attempt_at = $4, updated_at = $4,
+                        generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0,
+                        parks = 0, failures = 0
+                  WHERE deliveries.state IN ('failed', 'held')",
+            )
+            .bind(&event_id)
+            .bind(&endpoint.id)
+            .bind(created_at)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        self.work.notify_one();
+        Ok(RecoveryBatch { queued, last_sequence })
+    }
 }
+
+/// The window's events meant for endpoint `$2` of developer `$1` (categories
+/// `$6` as a JSON list, epoch: `$7` or created since `$8`), after sequence
+/// `$5`, at most `$9`.
+const SCANNED: &str = "
+    SELECT e.id, e.sequence, e.created_at FROM events e
+     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+       AND (json_array_length($6) = 0 OR e.category IN (SELECT value FROM json_each($6)))
+       AND ($7 OR e.created_at >= $8)
+     ORDER BY e.sequence LIMIT $9";
+
+/// Of those, the ones whose delivery is failed, held or was never made.
+const WANTED: &str = "
+    SELECT s.id, s.created_at FROM scanned s
+      LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
+     WHERE d.id IS NULL OR d.state IN ('failed', 'held')";

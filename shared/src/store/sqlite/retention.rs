@@ -90,10 +90,11 @@ mod tests {
         }
     }
 
-    const BY: EndpointChange = EndpointChange { api_key_id: Uuid::nil() };
+    const BY: EndpointChange = EndpointChange { api_key_id: Some(Uuid::nil()) };
 
     async fn endpoint(store: &SqliteStore, developer_id: Uuid, status: EndpointStatus) -> String {
         let new = NewEndpoint {
+            signature_scheme: crate::model::SignatureScheme::Platform,
             id: format!("wep_{}", Uuid::new_v4().simple()),
             developer_id,
             url: "https://receiver.example/hook".into(),

@@ -36,7 +36,7 @@ impl Drop for Scratch {
     }
 }
 
-const BY: EndpointChange = EndpointChange { api_key_id: Uuid::nil() };
+const BY: EndpointChange = EndpointChange { api_key_id: Some(Uuid::nil()) };
 
 fn event_at(developer_id: Uuid, category: Category, created_at: DateTime<Utc>) -> NewEvent {
     NewEvent {
@@ -57,6 +57,7 @@ fn event(developer_id: Uuid) -> NewEvent {
 
 fn new_endpoint(developer_id: Uuid, event_epoch: EventEpoch, event_categories: Vec<Category>) -> NewEndpoint {
     NewEndpoint {
+        signature_scheme: crate::model::SignatureScheme::Platform,
         id: format!("wep_{}", Uuid::new_v4().simple()),
         developer_id,
         url: "https://receiver.example/hook".into(),
@@ -81,7 +82,7 @@ async fn endpoint(
     }
     let update = EndpointUpdate { status: Some(status), ..EndpointUpdate::default() };
     match store.update_endpoint(developer_id, &created.id, update, BY).await.unwrap() {
-        UpdateOutcome::Updated(record) => record,
+        UpdateOutcome::Updated(record) => *record,
         other => panic!("update refused: {other:?}"),
     }
 }
@@ -172,7 +173,7 @@ async fn endpoint_limit_holds_under_concurrent_creates() {
     while let Ok(change) = changes.try_recv() {
         assert_eq!(
             (change.change, change.developer_id, change.api_key_id),
-            (ChangeKind::Created, developer, Some(BY.api_key_id))
+            (ChangeKind::Created, developer, BY.api_key_id)
         );
         change_ids.push(change.change_id);
     }
@@ -381,6 +382,7 @@ async fn updates_record_one_change_per_field() {
         url: Some("https://elsewhere.example/".into()),
         status: Some(EndpointStatus::Active),
         event_categories: Some(vec![Category::Transfer, Category::Customer, Category::Transfer]),
+        new_key: None,
     };
     let UpdateOutcome::Updated(updated) = store.update_endpoint(developer, &disabled.id, update, BY).await.unwrap()
     else {

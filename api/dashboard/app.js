@@ -1,0 +1,812 @@
+// The developers' dashboard: sign in with an API key, then manage endpoints,
+// upcoming events, delivery logs and API keys through the public /v0 API, and
+// check delivery signatures in the browser. No framework and no build step:
+// views are built with `h()`, which only ever inserts text (never HTML).
+"use strict";
+
+(() => {
+  const KEY_STORAGE = "webhooks-dashboard-api-key";
+  const UNRESTRICTED = "platform:api_unrestricted";
+  const SCOPES = ["webhooks:read", "webhooks:write", "api_keys:read", "api_keys:write"];
+  const CATEGORIES = [
+    "customer", "kyc_link", "transfer", "external_account", "liquidation_address",
+    "liquidation_address.drain", "virtual_account", "virtual_account.activity",
+    "static_memo.activity", "platform_wallet.activity", "card_account", "card_transaction",
+    "card_withdrawal", "posted_card_account_transaction",
+  ];
+  const REFRESH_MS = 3000;
+  const LOG_PAGE = 20;
+  const UPCOMING_LIMIT = 20;
+
+  const state = { key: null, me: null, render: 0, refresh: null, timer: null, afterSignIn: null, keepNotice: false };
+  const $ = (id) => document.getElementById(id);
+
+  // ---- DOM ----------------------------------------------------------------
+
+  /** An element with attributes (`on…` are listeners) and children (text is text). */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+      else if (name === "class") el.className = value;
+      else if (name === "value" || name === "checked") el[name] = value;
+      else el.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child !== null && child !== undefined && child !== false) el.append(child instanceof Node ? child : String(child));
+    }
+    return el;
+  }
+
+  let uid = 0;
+  /** A labelled control: `<label for>` and the control, in a `.field`. */
+  function field(label, control, hint) {
+    control.id = control.id || `f${++uid}`;
+    const hintEl = hint ? h("p", { class: "hint", id: `${control.id}-hint` }, hint) : null;
+    if (hintEl) control.setAttribute("aria-describedby", hintEl.id);
+    return h("div", { class: "field" }, h("label", { for: control.id }, label), control, hintEl);
+  }
+
+  /** A fieldset of checkboxes, one per value; `checked` and `disabled` are sets. */
+  function checkboxes(legend, name, values, checked, disabled, hint) {
+    return h("fieldset", { class: "checks" }, h("legend", {}, legend), hint ? h("p", { class: "hint" }, hint) : null,
+      h("div", { class: "check-grid" }, values.map((value) => h("label", { class: "check" },
+        h("input", { type: "checkbox", name, value, checked: checked.has(value), disabled: disabled.has(value) }), value))));
+  }
+
+  const checkedValues = (form, name) => [...form.querySelectorAll(`input[name="${name}"]:checked`)].map((i) => i.value);
+
+  function select(options, current) {
+    return h("select", {}, options.map(([value, label]) => h("option", { value, selected: value === current }, label)));
+  }
+
+  function when(iso) {
+    if (!iso) return "—";
+    const date = new Date(iso);
+    if (Number.isNaN(date.getTime())) return String(iso);
+    return h("time", { datetime: iso, title: iso }, date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC"));
+  }
+
+  const badge = (text, kind) => h("span", { class: `badge ${kind || text}` }, text);
+
+  /** A Copy button for the text of `source()`. */
+  function copyButton(label, source, size = "small") {
+    const button = h("button", { type: "button", class: size, "aria-label": label }, "Copy");
+    button.addEventListener("click", async () => {
+      const text = source();
+      try {
+        await navigator.clipboard.writeText(text);
+        button.textContent = "Copied";
+        notice("Copied to the clipboard.");
+      } catch {
+        button.textContent = "Select and copy by hand";
+      }
+      setTimeout(() => { button.textContent = "Copy"; }, 2000);
+    });
+    return button;
+  }
+
+  /** A button that asks "Sure?" inline before running `action`. */
+  function confirmButton(label, question, action) {
+    const box = h("span", { class: "confirm" });
+    const ask = h("button", { type: "button", class: "danger", onclick: () => {
+      const yes = h("button", { type: "button", class: "danger", onclick: () => run(yes, action) }, `Yes, ${label.toLowerCase()}`);
+      const no = h("button", { type: "button", onclick: () => { box.replaceChildren(ask); ask.focus(); } }, "Cancel");
+      box.replaceChildren(h("span", { class: "question" }, question), yes, no);
+      no.focus();
+    } }, label);
+    box.append(ask);
+    return box;
+  }
+
+  // ---- messages -------------------------------------------------------------
+
+  function showError(message) {
+    clearNotice();
+    const fresh = $("alert").hidden || $("alert-text").textContent !== message;
+    $("alert-text").textContent = message;
+    $("alert").hidden = false;
+    if (fresh) $("alert").scrollIntoView({ block: "nearest" });
+  }
+  function clearError() {
+    $("alert").hidden = true;
+    $("alert-text").textContent = "";
+  }
+  let noticeTimer = null;
+  function notice(message) {
+    $("notice").textContent = message;
+    clearTimeout(noticeTimer);
+    noticeTimer = setTimeout(clearNotice, 8000);
+  }
+  function clearNotice() {
+    clearTimeout(noticeTimer);
+    $("notice").textContent = "";
+  }
+
+  // ---- the API ----------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  function randomId() {
+    if (crypto.randomUUID) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  }
+
+  /** One call to `/v0`; resolves to the JSON answer, throws `ApiError` with the API's message. */
+  async function api(method, path, body, key = state.key) {
+    const headers = { "Api-Key": key, "Webhooks-Client": "dashboard", Accept: "application/json" };
+    const init = { method, headers, cache: "no-store", credentials: "omit" };
+    if (method === "POST") headers["Idempotency-Key"] = randomId();
+    if (method === "POST" || body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body ?? {});
+    }
+    let response;
+    try {
+      response = await fetch(`/v0${path}`, init);
+    } catch {
+      throw new ApiError(0, "The API could not be reached. Check the connection and try again.");
+    }
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch { data = null; }
+    if (!response.ok) {
+      const message = data && typeof data.message === "string" ? data.message : `The API answered ${response.status}.`;
+      if (response.status === 401 && key === state.key && state.key) signOut(message);
+      throw new ApiError(response.status, message);
+    }
+    return data;
+  }
+
+  /** Runs a user action from `button`: one at a time, its refusal shown in the alert. */
+  async function run(button, action) {
+    if (button) button.disabled = true;
+    clearError();
+    try {
+      await action();
+    } catch (error) {
+      if (error instanceof ApiError) showError(error.message);
+      else { showError(`Something went wrong: ${error.message}`); console.error(error); }
+    } finally {
+      if (button) button.disabled = false;
+    }
+  }
+
+  // ---- session --------------------------------------------------------------------
+
+  const can = (scope) => !!state.me && (state.me.scopes.includes(UNRESTRICTED) || state.me.scopes.includes(scope));
+
+  function signOut(message) {
+    sessionStorage.removeItem(KEY_STORAGE);
+    state.key = null;
+    state.me = null;
+    stopRefresh();
+    updateHeader();
+    // No hashchange (which clears the alert): the reason stays on screen.
+    history.replaceState(null, "", "#/signin");
+    route();
+    if (message) showError(message);
+  }
+
+  function updateHeader() {
+    const signedIn = !!state.me;
+    $("nav-endpoints").hidden = !signedIn;
+    $("nav-keys").hidden = !can("api_keys:read");
+    $("nav-signin").hidden = signedIn;
+    $("session").hidden = !signedIn;
+    if (signedIn) {
+      const me = state.me;
+      const scopes = me.scopes.includes(UNRESTRICTED) ? "unrestricted" : me.scopes.join(", ");
+      $("who").textContent = `${me.name ? `${me.name} · ` : ""}${me.prefix}-…${me.last_4} · ${scopes}`;
+    }
+    const current = (location.hash.split("/")[1] || "endpoints");
+    for (const link of document.querySelectorAll("#nav a")) {
+      if (link.dataset.route === current) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+  }
+
+  // ---- routing and refresh ------------------------------------------------------------
+
+  function stopRefresh() {
+    clearTimeout(state.timer);
+    state.refresh = null;
+  }
+
+  /** Calls `refresh` every few seconds while the view is shown and the tab is visible. */
+  function startRefresh(refresh) {
+    stopRefresh();
+    state.refresh = refresh;
+    schedule();
+  }
+  function schedule() {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(tick, REFRESH_MS);
+  }
+  async function tick() {
+    const refresh = state.refresh;
+    if (!refresh || document.hidden) return;
+    try {
+      await refresh();
+    } catch (error) {
+      if (error instanceof ApiError && state.refresh === refresh) showError(error.message);
+    }
+    if (state.refresh === refresh) schedule();
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) clearTimeout(state.timer);
+    else if (state.refresh) tick();
+  });
+
+  /** `children` without the absent ones (`replaceChildren` would write "null"). */
+  const present = (children) => children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false);
+
+  /** Shows `children` as the current view and focuses its heading. */
+  function show(...children) {
+    $("view").replaceChildren(...present(children));
+    const heading = $("view").querySelector("h1");
+    if (heading) {
+      heading.tabIndex = -1;
+      heading.focus({ preventScroll: true });
+    }
+  }
+
+  async function route() {
+    stopRefresh();
+    const token = ++state.render;
+    const [page, id] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    updateHeader();
+    if (page === "checker") return viewChecker();
+    if (!state.me) {
+      if (page && page !== "signin") state.afterSignIn = location.hash;
+      return viewSignIn();
+    }
+    const current = () => token === state.render;
+    try {
+      if (page === "keys") await viewKeys(current);
+      else if (page === "endpoints" && id) await viewEndpoint(id, current);
+      else if (page === "endpoints") await viewEndpoints(current);
+      else location.hash = "#/endpoints";
+    } catch (error) {
+      if (!current()) return;
+      if (error instanceof ApiError) {
+        showError(error.message);
+        if (state.me) show(h("h1", {}, "Not available"), h("p", {}, error.message), h("p", {}, h("a", { href: "#/endpoints" }, "All endpoints")));
+      } else throw error;
+    }
+  }
+  window.addEventListener("hashchange", () => {
+    clearError();
+    if (!state.keepNotice) clearNotice();
+    state.keepNotice = false;
+    route();
+  });
+  /** Goes to `hash`, keeping the notice that the action which goes there just showed. */
+  function go(hash) {
+    state.keepNotice = true;
+    location.hash = hash;
+  }
+
+  // ---- sign in ------------------------------------------------------------------------
+
+  function viewSignIn() {
+    const input = h("input", { type: "password", name: "api-key", autocomplete: "off", spellcheck: "false", required: true });
+    const form = h("form", { class: "panel narrow" },
+      field("API key", input, "It stays in this tab's session storage only, and is forgotten when you sign out or close the tab."),
+      h("button", { type: "submit", class: "primary" }, "Sign in"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button"), async () => {
+        const key = input.value.trim();
+        if (/[^\x21-\x7e]/.test(key)) throw new ApiError(0, "An API key has letters, digits and dashes only.");
+        const me = await api("GET", "/api_keys/whoami", undefined, key);
+        sessionStorage.setItem(KEY_STORAGE, key);
+        state.key = key;
+        state.me = me;
+        const target = state.afterSignIn || "#/endpoints";
+        state.afterSignIn = null;
+        if (location.hash === target) route();
+        else location.hash = target;
+      });
+    });
+    show(h("h1", {}, "Sign in"), h("p", {}, "Sign in with an API key of the webhooks service."), form);
+    input.focus();
+  }
+
+  // ---- endpoints ------------------------------------------------------------------------
+
+  const endpointPath = (id) => `#/endpoints/${encodeURIComponent(id)}`;
+  const categoriesText = (list) => (list && list.length ? list.join(", ") : "all categories");
+  const SCHEMES = [["platform", "platform (RSA)"], ["standard", "standard (Ed25519)"]];
+
+  async function viewEndpoints(current) {
+    if (!can("webhooks:read")) {
+      return show(h("h1", {}, "Endpoints"), h("p", {}, "This key cannot list endpoints: it lacks the webhooks:read scope."));
+    }
+    const list = await api("GET", "/webhooks");
+    if (!current()) return;
+    const items = list.data.map((ep) => h("li", { class: "card" },
+      h("a", { href: endpointPath(ep.id), class: "url" }, ep.url),
+      h("div", { class: "badges" }, badge(ep.status), ep.signature_scheme ? badge(ep.signature_scheme, "scheme") : null,
+        ep.disabled_reason ? badge(`disabled: ${ep.disabled_reason}`, "failing") : null),
+      h("p", { class: "meta" }, `${ep.id} · ${categoriesText(ep.event_categories)} · created `, when(ep.created_at))));
+    show(h("h1", {}, "Endpoints"),
+      can("webhooks:write") ? createEndpointForm(list.data.length === 0) : null,
+      items.length ? h("ul", { class: "cards", id: "endpoint-list" }, items) : h("p", { class: "empty" }, "No endpoints yet."));
+  }
+
+  function createEndpointForm(open) {
+    const url = h("input", { type: "url", required: true, placeholder: "https://example.com/webhooks", autocomplete: "url" });
+    const epoch = select([["webhook_creation", "events created from now on"], ["beginning_of_time", "earlier events too"]], "webhook_creation");
+    const scheme = select(SCHEMES, "platform");
+    const form = h("form", {},
+      field("URL", url, "HTTPS only; its host must answer a TLS handshake now."),
+      checkboxes("Categories", "category", CATEGORIES, new Set(), new Set(), "None checked: every category."),
+      h("div", { class: "row" }, field("Events", epoch), field("Signature scheme", scheme)),
+      h("button", { type: "submit", class: "primary" }, "Create endpoint"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button[type=submit]"), async () => {
+        const body = { url: url.value.trim(), event_epoch: epoch.value };
+        const categories = checkedValues(form, "category");
+        if (categories.length) body.event_categories = categories;
+        // `platform` is the default; name the scheme only when it is another.
+        if (scheme.value !== "platform") body.signature_scheme = scheme.value;
+        const created = await api("POST", "/webhooks", body);
+        notice("Endpoint created, disabled: activate it to receive events.");
+        go(endpointPath(created.id));
+      });
+    });
+    return h("details", { class: "panel", open }, h("summary", {}, "New endpoint"), form);
+  }
+
+  async function viewEndpoint(id, current) {
+    const path = `/webhooks/${encodeURIComponent(id)}`;
+    const endpoint = await api("GET", path);
+    if (!current()) return;
+    const top = h("div", {});
+    const upcoming = h("section", { "aria-labelledby": "upcoming-h" });
+    const logs = h("section", { "aria-labelledby": "logs-h" });
+    const reload = async () => {
+      const fresh = await api("GET", path);
+      if (!current()) return;
+      renderEndpointTop(top, fresh, path, reload, refreshLists);
+      // The button that was pressed is gone: keep the focus in the view.
+      if (!top.contains(document.activeElement)) {
+        const heading = top.querySelector("h1");
+        heading.tabIndex = -1;
+        heading.focus({ preventScroll: true });
+      }
+    };
+    const upcomingView = upcomingSection(upcoming, path);
+    const logsView = logsSection(logs, path);
+    const refreshLists = () => Promise.all([upcomingView.refresh(), logsView.refresh()]);
+    renderEndpointTop(top, endpoint, path, reload, refreshLists);
+    show(h("p", { class: "back" }, h("a", { href: "#/endpoints" }, "← All endpoints")), top, upcoming, logs);
+    await refreshLists();
+    if (current()) startRefresh(refreshLists);
+  }
+
+  function renderEndpointTop(top, ep, path, reload, refreshLists) {
+    const write = can("webhooks:write");
+    const actions = write ? h("div", { class: "actions" },
+      ep.status === "active"
+        ? h("button", { type: "button", onclick: (e) => run(e.currentTarget, async () => {
+          await api("PUT", path, { status: "disabled" });
+          notice("Endpoint disabled: events wait as upcoming.");
+          await reload();
+        }) }, "Disable")
+        : h("button", { type: "button", class: "primary", onclick: (e) => run(e.currentTarget, async () => {
+          await api("PUT", path, { status: "active" });
+          notice("Endpoint active: new events are delivered.");
+          await reload();
+        }) }, "Activate"),
+      h("button", { type: "button", onclick: (e) => run(e.currentTarget, async () => {
+        const rotated = await api("POST", `${path}/rotate_key`);
+        notice(`Key rotated. The previous key also signs until ${rotated.previous_key_expires_at || "the overlap ends"}.`);
+        await reload();
+      }) }, "Rotate key"),
+      confirmButton("Delete", "Delete this endpoint for good?", async () => {
+        await api("DELETE", path);
+        notice("Endpoint deleted.");
+        go("#/endpoints");
+      })) : null;
+
+    const health = ep.health;
+    const details = h("dl", { class: "details" },
+      h("dt", {}, "ID"), h("dd", { class: "mono" }, ep.id),
+      h("dt", {}, "Signature scheme"), h("dd", {}, ep.signature_scheme || "platform"),
+      h("dt", {}, "Events"), h("dd", {}, ep.event_epoch === "beginning_of_time" ? "earlier events too" : "from creation on"),
+      h("dt", {}, "Categories"), h("dd", {}, categoriesText(ep.event_categories)),
+      h("dt", {}, "Last success"), h("dd", {}, health ? when(health.last_success_at) : "not reported"),
+      h("dt", {}, "Last failure"), h("dd", {}, health ? when(health.last_failure_at) : "not reported"),
+      h("dt", {}, "Failing since"), h("dd", {}, health ? when(health.failing_since) : "not reported"),
+      h("dt", {}, "Created"), h("dd", {}, when(ep.created_at)),
+      h("dt", {}, "Updated"), h("dd", {}, when(ep.updated_at)));
+
+    const keys = h("section", { class: "panel key-panel", "aria-labelledby": "key-h" },
+      h("h2", { id: "key-h" }, "Public key"),
+      h("p", { class: "hint" }, "Receivers verify each delivery's signature with it."),
+      h("pre", { class: "key", id: "public-key" }, ep.public_key),
+      copyButton("Copy the public key", () => ep.public_key),
+      ep.previous_public_key ? [
+        h("h3", {}, "Previous key, still signing until ", when(ep.previous_key_expires_at)),
+        h("pre", { class: "key", id: "previous-public-key" }, ep.previous_public_key),
+        copyButton("Copy the previous public key", () => ep.previous_public_key),
+      ] : null);
+
+    top.replaceChildren(...present([
+      h("h1", { class: "url" }, ep.url),
+      h("div", { class: "badges" }, badge(ep.status), badge(ep.signature_scheme || "platform", "scheme"),
+        ep.disabled_reason ? badge(`disabled by the service: ${ep.disabled_reason}`, "failing") : null),
+      actions, h("div", { class: "overview" }, details, keys),
+      write ? editForm(ep, path, reload) : null,
+      write ? recoverForm(path, refreshLists) : null]));
+  }
+
+  function editForm(ep, path, reload) {
+    const url = h("input", { type: "url", required: true, value: ep.url });
+    const scheme = select(SCHEMES, ep.signature_scheme || "platform");
+    const form = h("form", {},
+      field("URL", url, "The URL can change only while the endpoint is disabled."),
+      checkboxes("Categories", "edit-category", CATEGORIES, new Set(ep.event_categories || []), new Set(), "None checked: every category."),
+      field("Signature scheme", scheme, "Changing it makes a new key pair; the old key keeps signing for an overlap."),
+      h("button", { type: "submit", class: "primary" }, "Save changes"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button[type=submit]"), async () => {
+        const body = {};
+        if (url.value.trim() !== ep.url) body.url = url.value.trim();
+        const categories = checkedValues(form, "edit-category");
+        if (categories.slice().sort().join() !== (ep.event_categories || []).slice().sort().join()) body.event_categories = categories;
+        if (scheme.value !== (ep.signature_scheme || "platform")) body.signature_scheme = scheme.value;
+        if (!Object.keys(body).length) return notice("Nothing to change.");
+        await api("PUT", path, body);
+        notice("Endpoint saved.");
+        await reload();
+      });
+    });
+    return h("details", { class: "panel" }, h("summary", {}, "Edit endpoint"), form);
+  }
+
+  function recoverForm(path, refreshLists) {
+    const since = h("input", { type: "datetime-local", step: 1, required: true });
+    const until = h("input", { type: "datetime-local", step: 1 });
+    const result = h("p", { class: "result", role: "status", id: "recover-result" });
+    const form = h("form", {},
+      h("p", { class: "hint" }, "Queues again every event of the window whose delivery failed or is still upcoming. Times are your local time."),
+      h("div", { class: "row" }, field("From", since), field("Until (empty: now)", until)),
+      h("button", { type: "submit", class: "primary" }, "Recover"), result);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button[type=submit]"), async () => {
+        result.textContent = "";
+        const body = { since: new Date(since.value).toISOString() };
+        if (until.value) body.until = new Date(until.value).toISOString();
+        const answer = await api("POST", `${path}/recover`, body);
+        result.textContent = `${answer.queued} queued`;
+        await refreshLists();
+      });
+    });
+    return h("details", { class: "panel" }, h("summary", {}, "Recover a time window"), form);
+  }
+
+  function table(headings, id) {
+    return h("div", { class: "table" }, h("table", { id },
+      h("thead", {}, h("tr", {}, headings.map((text) => h("th", { scope: "col" }, text)))), h("tbody", {})));
+  }
+  const cell = (label, ...content) => h("td", { "data-label": label }, h("div", {}, ...content));
+
+  function upcomingSection(section, path) {
+    const tbl = table(["Event", "Type", "Created", "Delivery", ""], "upcoming");
+    const empty = h("p", { class: "empty" }, "Nothing upcoming.");
+    let shown = null;
+    section.append(h("h2", { id: "upcoming-h" }, "Upcoming events"),
+      h("p", { class: "hint" }, "Events meant for this endpoint that it has not been sent yet, oldest first. Refreshes every few seconds."),
+      tbl, empty);
+    const refresh = async () => {
+      const list = await api("GET", `${path}/events?limit=${UPCOMING_LIMIT}`);
+      const signature = JSON.stringify(list.data.map((e) => [e.event_id, e.delivery || null]));
+      if (signature === shown) return;
+      shown = signature;
+      tbl.hidden = !list.data.length;
+      empty.hidden = !!list.data.length;
+      tbl.querySelector("tbody").replaceChildren(...list.data.map((ev) => {
+        const d = ev.delivery;
+        return h("tr", { "data-event-id": ev.event_id },
+          cell("Event", h("span", { class: "mono" }, ev.event_id), h("br"), `#${ev.event_sequence} · ${ev.event_category}`),
+          cell("Type", ev.event_type),
+          cell("Created", when(ev.event_created_at)),
+          cell("Delivery", d ? [badge(d.state, "state"), ` ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`,
+            d.next_attempt_at ? [", next ", when(d.next_attempt_at)] : null] : "—"),
+          cell("", can("webhooks:write") ? h("button", { type: "button", "aria-label": `Send ${ev.event_id}`,
+            onclick: (e) => run(e.currentTarget, async () => {
+              const answer = await api("POST", `${path}/send`, { event_id: ev.event_id });
+              notice(answer && answer.message ? answer.message : "Queued.");
+              await refresh();
+            }) }, "Send") : null));
+      }));
+    };
+    return { refresh };
+  }
+
+  function logsSection(section, path) {
+    const tbl = table(["Time", "Event", "Attempt", "Result", "Duration", "Response"], "logs");
+    const tbody = tbl.querySelector("tbody");
+    const empty = h("p", { class: "empty" }, "No deliveries yet.");
+    const older = h("button", { type: "button", hidden: true }, "Older");
+    const seen = new Set();
+    let last = null;
+    section.append(h("h2", { id: "logs-h" }, "Delivery log"),
+      h("p", { class: "hint" }, "Every attempt, newest first. Refreshes every few seconds."), tbl, empty, older);
+
+    const row = (log) => {
+      const ok = log.status !== null && log.status >= 200 && log.status < 300;
+      const result = log.status !== null ? badge(String(log.status), ok ? "ok" : "bad") : badge(log.error || "error", "bad");
+      const body = log.response_body
+        ? h("details", {}, h("summary", {}, `${log.response_body.length} characters`), h("pre", {}, log.response_body))
+        : "—";
+      return h("tr", { "data-log-id": log.id, "data-event-id": log.event_id },
+        cell("Time", when(log.created_at)), cell("Event", h("span", { class: "mono" }, log.event_id)),
+        cell("Attempt", String(log.attempt)),
+        cell("Result", result, log.status !== null && log.error ? ` ${log.error}` : null),
+        cell("Duration", `${log.duration_ms} ms`), cell("Response", body));
+    };
+    const hasMore = (page) => (typeof page.has_more === "boolean" ? page.has_more : page.data.length === LOG_PAGE);
+    const update = () => {
+      tbl.hidden = !seen.size;
+      empty.hidden = !!seen.size;
+    };
+
+    const refresh = async () => {
+      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}`);
+      const fresh = page.data.filter((log) => !seen.has(log.id));
+      if (fresh.length === page.data.length && seen.size && hasMore(page)) {
+        // More new entries than a page: start over from the newest.
+        seen.clear();
+        tbody.replaceChildren();
+      }
+      if (!seen.size) {
+        last = page.data.length ? page.data[page.data.length - 1].id : null;
+        older.hidden = !hasMore(page);
+      }
+      fresh.forEach((log) => seen.add(log.id));
+      tbody.prepend(...fresh.map(row));
+      update();
+    };
+    older.addEventListener("click", () => run(older, async () => {
+      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}&starting_after=${encodeURIComponent(last)}`);
+      const rows = page.data.filter((log) => !seen.has(log.id));
+      rows.forEach((log) => seen.add(log.id));
+      tbody.append(...rows.map(row));
+      if (page.data.length) last = page.data[page.data.length - 1].id;
+      older.hidden = !hasMore(page);
+      update();
+    }));
+    return { refresh };
+  }
+
+  // ---- API keys ------------------------------------------------------------------------
+
+  async function viewKeys(current, createdKey) {
+    if (!can("api_keys:read")) {
+      return show(h("h1", {}, "API keys"), h("p", {}, "This key cannot list API keys: it lacks the api_keys:read scope."));
+    }
+    const list = await api("GET", "/api_keys");
+    if (!current()) return;
+    const created = h("div", {});
+    const rows = list.data.map((key) => h("tr", { "data-key-id": key.id },
+      cell("Name", key.name || "—", key.id === state.me.id ? h("span", { class: "this" }, " (this key)") : null),
+      cell("Key", h("span", { class: "mono" }, `${key.prefix}-…${key.last_4}`)),
+      cell("Type", key.type),
+      cell("Scopes", key.scopes.includes(UNRESTRICTED) ? "unrestricted" : key.scopes.join(", ")),
+      cell("Created", when(key.created_at)),
+      cell("", can("api_keys:write") ? confirmButton("Delete", "Delete this key? It stops working at once.", async () => {
+        await api("DELETE", `/api_keys/${encodeURIComponent(key.id)}`);
+        if (key.id === state.me.id) return signOut("You deleted the key you signed in with.");
+        notice("API key deleted.");
+        route();
+      }) : null)));
+    const tbl = table(["Name", "Key", "Type", "Scopes", "Created", ""], "keys");
+    tbl.querySelector("tbody").append(...rows);
+    show(h("h1", {}, "API keys"), created, can("api_keys:write") ? createKeyForm(current) : null,
+      h("h2", {}, "Active keys"), tbl);
+    if (createdKey) showCreatedKey(created, createdKey);
+  }
+
+  function createKeyForm(current) {
+    const name = h("input", { type: "text", maxlength: 100, autocomplete: "off" });
+    const held = new Set(SCOPES.filter((s) => !can(s)));
+    const form = h("form", {},
+      field("Name (optional)", name),
+      checkboxes("Scopes", "scope", SCOPES, new Set(), held,
+        can(UNRESTRICTED) ? "None checked: unrestricted." : "A key can only give scopes it holds itself."),
+      h("button", { type: "submit", class: "primary" }, "Create key"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button[type=submit]"), async () => {
+        const body = {};
+        if (name.value.trim()) body.name = name.value.trim();
+        const scopes = checkedValues(form, "scope");
+        if (scopes.length) body.scopes = scopes;
+        const answer = await api("POST", "/api_keys", body);
+        await viewKeys(current, answer);
+      });
+    });
+    return h("details", { class: "panel" }, h("summary", {}, "New API key"), form);
+  }
+
+  function showCreatedKey(box, answer) {
+    const value = h("input", { type: "text", readonly: true, value: answer.key, class: "mono", spellcheck: "false" });
+    box.replaceChildren(h("section", { class: "panel secret", "aria-labelledby": "secret-h" },
+      h("h2", { id: "secret-h" }, `New key${answer.name ? ` “${answer.name}”` : ""} created`),
+      h("p", { class: "warning" }, "Copy it now: it will not be shown again."),
+      field("The new API key", value),
+      h("div", { class: "actions" }, copyButton("Copy the new API key", () => answer.key, "primary"),
+        h("button", { type: "button", onclick: () => { box.replaceChildren(); $("view").querySelector("h1").focus(); } }, "Done"))));
+    value.focus();
+    value.select();
+  }
+
+  // ---- signature checker ------------------------------------------------------------------------
+
+  const utf8 = (text) => new TextEncoder().encode(text);
+  function base64(text) {
+    const clean = text.trim().replace(/-/g, "+").replace(/_/g, "/");
+    return Uint8Array.from(atob(clean), (c) => c.charCodeAt(0));
+  }
+
+  /** `Name: value` lines (a bare `t=…,v0=…` line is the X-Webhook-Signature value) into a Map by lower-case name. */
+  function parseHeaders(text) {
+    const headers = new Map();
+    for (const line of text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean)) {
+      const named = /^([A-Za-z0-9-]+)\s*:\s*(.*)$/.exec(line);
+      if (named) headers.set(named[1].toLowerCase(), named[2].trim());
+      else if (/^t=/.test(line)) headers.set("x-webhook-signature", line);
+    }
+    return headers;
+  }
+
+  function age(ms) {
+    const s = Math.round(Math.abs(ms) / 1000);
+    const text = s < 120 ? `${s} s` : s < 7200 ? `${Math.round(s / 60)} min` : s < 172800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} days`;
+    return ms < 0 ? `${text} in the future` : `${text} ago`;
+  }
+
+  const notGenuine = (reason) => ({ ok: false, reason });
+
+  async function verifyPlatform(headers, body, pem) {
+    const header = headers.get("x-webhook-signature");
+    if (!header) return notGenuine("no X-Webhook-Signature header was given");
+    let t = null;
+    const signatures = [];
+    for (const part of header.split(",")) {
+      const at = part.indexOf("=");
+      const [name, value] = [part.slice(0, at).trim(), part.slice(at + 1).trim()];
+      if (name === "t") t = value;
+      else if (name === "v0") signatures.push(value);
+    }
+    if (!t || !/^\d+$/.test(t)) return notGenuine("the header has no t=<milliseconds> timestamp");
+    if (!signatures.length) return notGenuine("the header has no v0= signature");
+    const der = /-----BEGIN PUBLIC KEY-----([\s\S]*?)-----END PUBLIC KEY-----/.exec(pem);
+    if (!der) return notGenuine("the key is not a PEM public key (-----BEGIN PUBLIC KEY-----)");
+    let key;
+    try {
+      key = await crypto.subtle.importKey("spki", base64(der[1].replace(/\s+/g, "")), { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" }, false, ["verify"]);
+    } catch {
+      return notGenuine("the PEM is not an RSA public key");
+    }
+    const digest = await crypto.subtle.digest("SHA-256", utf8(`${t}.${body}`));
+    for (const signature of signatures) {
+      let bytes;
+      try { bytes = base64(signature); } catch { continue; }
+      if (await crypto.subtle.verify("RSASSA-PKCS1-v1_5", key, bytes, digest)) {
+        return { ok: true, ageMs: Date.now() - Number(t), staleAfterMs: 10 * 60 * 1000, signedAt: new Date(Number(t)) };
+      }
+    }
+    return notGenuine(`no v0 signature (of ${signatures.length}) matches this body, timestamp and key`);
+  }
+
+  async function verifyStandard(headers, body, whpk) {
+    const [id, timestamp, header] = ["webhook-id", "webhook-timestamp", "webhook-signature"].map((n) => headers.get(n));
+    if (!id) return notGenuine("no webhook-id header was given");
+    if (!timestamp || !/^\d+$/.test(timestamp)) return notGenuine("no webhook-timestamp header (unix seconds) was given");
+    if (!header) return notGenuine("no webhook-signature header was given");
+    const signatures = header.split(/\s+/).filter((s) => s.startsWith("v1a,")).map((s) => s.slice(4));
+    if (!signatures.length) return notGenuine("webhook-signature has no v1a,<signature> entry");
+    let raw;
+    try { raw = base64(whpk.slice(5)); } catch { return notGenuine("the whpk_ key is not base64"); }
+    if (raw.length !== 32) return notGenuine("a whpk_ key holds 32 bytes");
+    let key;
+    try {
+      key = await crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
+    } catch {
+      return notGenuine("this browser cannot check Ed25519 signatures");
+    }
+    const signed = utf8(`${id}.${timestamp}.${body}`);
+    for (const signature of signatures) {
+      let bytes;
+      try { bytes = base64(signature); } catch { continue; }
+      if (await crypto.subtle.verify({ name: "Ed25519" }, key, bytes, signed)) {
+        return { ok: true, ageMs: Date.now() - Number(timestamp) * 1000, staleAfterMs: 5 * 60 * 1000, signedAt: new Date(Number(timestamp) * 1000) };
+      }
+    }
+    return notGenuine(`no v1a signature (of ${signatures.length}) matches this body, id, timestamp and key`);
+  }
+
+  async function checkSignature(headersText, body, keyText) {
+    if (!window.crypto || !crypto.subtle) return notGenuine("this page is not in a secure context (HTTPS or localhost), so the browser offers no WebCrypto");
+    const key = keyText.trim();
+    const headers = parseHeaders(headersText);
+    if (key.startsWith("whpk_")) return verifyStandard(headers, body, key);
+    if (key.includes("-----BEGIN")) return verifyPlatform(headers, body, key);
+    return notGenuine("the key is neither a PEM public key (platform scheme) nor a whpk_ key (standard scheme)");
+  }
+
+  function viewChecker() {
+    const headers = h("textarea", { rows: 4, spellcheck: "false", class: "mono",
+      placeholder: "X-Webhook-Signature: t=…,v0=…\n\nor, for the standard scheme:\nwebhook-id: …\nwebhook-timestamp: …\nwebhook-signature: v1a,…" });
+    const body = h("textarea", { rows: 6, spellcheck: "false", class: "mono" });
+    const key = h("textarea", { rows: 5, spellcheck: "false", class: "mono", placeholder: "-----BEGIN PUBLIC KEY-----\n…\n-----END PUBLIC KEY-----  or  whpk_…" });
+    const result = h("div", { class: "result", role: "status", id: "check-result" });
+    const form = h("form", { class: "panel" },
+      field("Signature headers", headers, "One “Name: value” per line. A bare X-Webhook-Signature value (t=…,v0=…) works too."),
+      field("Raw body", body, "Exactly as received, byte for byte."),
+      field("Public key", key, "The endpoint's public_key: a PEM (platform scheme) or whpk_… (standard scheme)."),
+      h("button", { type: "submit", class: "primary" }, "Check signature"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button"), async () => {
+        result.replaceChildren();
+        result.className = "result";
+        const outcome = await checkSignature(headers.value, body.value, key.value);
+        if (!outcome.ok) {
+          result.classList.add("bad");
+          result.append(h("strong", {}, `Not genuine: ${outcome.reason}`));
+          result.scrollIntoView({ block: "nearest" });
+          return;
+        }
+        const stale = outcome.ageMs > outcome.staleAfterMs;
+        result.classList.add(stale ? "warn" : "ok");
+        result.append(h("strong", {}, "Genuine"), h("p", {}, "Signed ", when(outcome.signedAt.toISOString()), ` (${age(outcome.ageMs)}).`));
+        if (stale) {
+          result.append(h("p", { class: "stale" }, `Stale: signed more than ${outcome.staleAfterMs / 60000} minutes ago; a receiver should refuse it as a possible replay.`));
+        }
+        result.scrollIntoView({ block: "nearest" });
+      });
+    });
+    show(h("h1", {}, "Signature checker"),
+      h("p", {}, "Checks a delivery's signature here in your browser with WebCrypto; nothing you paste leaves the page."),
+      form, result);
+  }
+
+  // ---- start ------------------------------------------------------------------------
+
+  $("alert-close").addEventListener("click", clearError);
+  $("sign-out").addEventListener("click", () => { clearError(); signOut(); });
+
+  async function start() {
+    const saved = sessionStorage.getItem(KEY_STORAGE);
+    if (saved) {
+      try {
+        state.me = await api("GET", "/api_keys/whoami", undefined, saved);
+        state.key = saved;
+      } catch (error) {
+        sessionStorage.removeItem(KEY_STORAGE);
+        if (error instanceof ApiError) showError(error.message);
+      }
+    }
+    route();
+  }
+  start();
+})();

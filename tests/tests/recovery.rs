@@ -1,0 +1,113 @@
+//! Recovery of a time window (API.md §8.6 `recover`): every failed or
+//! upcoming delivery of the window is queued again in one call, answered 202
+//! at once, and no event is queued twice for the endpoint.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use tests::{ApiOptions, DeveloperKey, Reply, TestApi, WAIT, expect};
+
+async fn recover(api: &TestApi, key: &DeveloperKey, webhook: &Value, window: Value) -> u64 {
+    let answer = api.post(&format!("/webhooks/{}/recover", id(webhook)), key, &window).await;
+    let body = answer.expect(202);
+    body["queued"].as_u64().unwrap_or_else(|| panic!("no queued count: {body}"))
+}
+
+fn at(event: &Value) -> chrono::DateTime<chrono::Utc> {
+    expect::timestamp(&event["event_created_at"])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
+    let options = ApiOptions { retry_schedule: Some("500ms".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::status(500));
+    let webhook = active_endpoint(&api, &key, &receiver.url()).await;
+
+    // Three events fail for good (two attempts each), one is missed while disabled.
+    let mut failed = Vec::new();
+    for n in 0..3 {
+        failed.push(ingest(&api, key.developer_id(), "transfer", n).await);
+    }
+    wait_for_logs(&api, &key, &webhook, 6).await;
+    for event in &failed {
+        wait_upcoming(&api, &key, &webhook, &event_id(event), false).await;
+    }
+    set_status(&api, &key, &webhook, "disabled").await;
+    let missed = ingest(&api, key.developer_id(), "transfer", 3).await;
+    let later = ingest(&api, key.developer_id(), "transfer", 4).await;
+    wait_upcoming(&api, &key, &webhook, &event_id(&later), true).await;
+    let requests = receiver.count();
+    receiver.reply_always(Reply::ok());
+
+    // A window before everything queues nothing; `since` after `until` is refused.
+    let before = at(&failed[0]) - chrono::Duration::hours(1);
+    let empty = json!({ "since": shared::time::format(&(before - chrono::Duration::hours(1))),
+                        "until": shared::time::format(&before) });
+    assert_eq!(recover(&api, &key, &webhook, empty).await, 0);
+    let backwards = json!({ "since": shared::time::format(&at(&later)), "until": shared::time::format(&before) });
+    api.post(&format!("/webhooks/{}/recover", id(&webhook)), &key, &backwards).await.expect_error(400, "invalid");
+
+    // The window holds the failed three and the missed one, not `later`.
+    let window = json!({ "since": shared::time::format(&at(&failed[0])),
+                         "until": shared::time::format(&at(&later)) });
+    assert_eq!(recover(&api, &key, &webhook, window.clone()).await, 4);
+    let mut wanted: Vec<String> = failed.iter().map(event_id).collect();
+    wanted.push(event_id(&missed));
+    // The failed ones reached the receiver before (with a 500): count anew.
+    receiver.wait_for(requests + 4).await.unwrap();
+    let mut recovered: Vec<String> = received_ids(&receiver).split_off(requests);
+    recovered.sort();
+    wanted.sort();
+    assert_eq!(recovered, wanted, "each event of the window once");
+    wait_upcoming(&api, &key, &webhook, &event_id(&missed), false).await;
+    wait_upcoming(&api, &key, &webhook, &event_id(&later), true).await;
+
+    // Once delivered, the same window has nothing left to queue.
+    eventually("the recovered deliveries succeed", WAIT, async || {
+        match recover(&api, &key, &webhook, window.clone()).await {
+            0 => Ok(()),
+            n => Err(format!("{n} still recoverable")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), requests + 4, "{:?}", received_ids(&receiver));
+
+    // Scope and ownership as for every endpoint call.
+    let reader = api.key_for(key.developer_id(), &[shared::model::Scope::WebhooksRead]).await;
+    api.post(&format!("/webhooks/{}/recover", id(&webhook)), &reader, &window).await.expect_error(403, "forbidden");
+    let stranger = api.new_developer().await;
+    api.post(&format!("/webhooks/{}/recover", id(&webhook)), &stranger, &window).await.expect_error(404, "not_found");
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thousands_of_events_are_recovered_in_the_background_each_once() {
+    const EVENTS: usize = 2_000;
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let started = shared::time::now();
+    let events = ingest_many(&api, key.developer_id(), "customer", EVENTS, 16).await;
+    assert_eq!(events.len(), EVENTS);
+    // No dispatcher yet: the recovery answers before anything is delivered.
+    let window = json!({ "since": shared::time::format(&(started - chrono::Duration::seconds(1))) });
+    assert_eq!(recover(&api, &key, &webhook, window).await, EVENTS as u64);
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+    wait_for_events(&receiver, &ids, WAIT * 4).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), EVENTS, "some event came twice");
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
