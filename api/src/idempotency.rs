@@ -1,6 +1,7 @@
-//! `Idempotency-Key` on every POST (API.md §3): the first answer is stored per
-//! developer and key for 24 hours and replayed for the same request; the same
-//! key with another request answers 422. The route's scope is checked first:
+//! `Idempotency-Key` on every POST (API.md §3): the first answer that did
+//! something (a 2xx) is stored per developer and key for 24 hours and replayed
+//! for the same request; the same key with another request answers 422. A
+//! refusal is not kept. The route's scope is checked first:
 //! a key without it gets 403, never a stored answer.
 
 use aws_lc_rs::digest;
@@ -117,7 +118,11 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
     tokio::spawn(async move {
         let response = next.run(request).await;
         let status = response.status();
-        if status.is_server_error() {
+        // Only an answer that did something is kept. Every refusal (4xx)
+        // is given before a handler changes anything, so the client may fix
+        // its request and retry with the same key, as with Stripe; a failure
+        // on our side (5xx) likewise leaves the key free.
+        if !status.is_success() {
             if let Err(error) = store.release_idempotency_key(developer_id, &key).await {
                 tracing::warn!(error = %error, "could not release an idempotency key");
             }

@@ -134,7 +134,7 @@ async fn another_key_of_the_same_developer_gets_the_stored_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_4xx_answer_is_replayed_too() {
+async fn a_refusal_is_not_kept_so_the_same_request_can_succeed_later() {
     let api = TestApi::start_with(ApiOptions { max_endpoints: 1, ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
@@ -144,31 +144,42 @@ async fn a_4xx_answer_is_replayed_too() {
     let refused = api.post_idempotent("/webhooks", &key, "over-the-limit", &body).await;
     refused.expect_error(400, "limit_exceeded");
 
-    // Room again; a repeat still answers what the first request got, and
-    // creates nothing, while a fresh key goes through.
+    // Room again: the same request with the same key goes through now, once.
     api.delete(&format!("/webhooks/{}", existing["id"].as_str().unwrap()), &key).await.expect(200);
+    let created = api.post_idempotent("/webhooks", &key, "over-the-limit", &body).await;
+    created.expect(201);
     let replayed = api.post_idempotent("/webhooks", &key, "over-the-limit", &body).await;
-    assert_eq!(replayed.status, 400, "{}", replayed.text());
-    assert_eq!(replayed.body, refused.body, "the replayed 4xx body is not byte-identical");
+    assert_eq!(replayed.status, 201, "{}", replayed.text());
+    assert_eq!(replayed.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+    assert_eq!(replayed.body, created.body);
     let list = api.get("/webhooks", &key).await;
-    assert_eq!(list.expect(200)["count"], 0, "{}", list.text());
-
-    api.post_idempotent("/webhooks", &key, "fresh", &body).await.expect(201);
+    assert_eq!(list.expect(200)["count"], 1, "{}", list.text());
 
     api.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_replayed_validation_error_stays_the_same() {
+async fn a_client_fixes_a_refused_request_and_retries_with_the_same_key() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
-    let body = json!({ "url": "http://localhost/hook" });
+    let receiver = api.receiver().await;
 
-    let first = api.post_idempotent("/webhooks", &key, "bad-url", &body).await;
+    let first = api.post_idempotent("/webhooks", &key, "fix-me", &json!({ "url": "http://localhost/hook" })).await;
     first.expect_error_at(400, "invalid", "body", "url");
-    let again = api.post_idempotent("/webhooks", &key, "bad-url", &body).await;
-    assert_eq!(again.status, 400);
-    assert_eq!(again.body, first.body);
+    // Another body under the same key is no reuse: nothing was kept.
+    let fixed = api.post_idempotent("/webhooks", &key, "fix-me", &json!({ "url": receiver.url() })).await;
+    fixed.expect(201);
+    let unsupported = api
+        .send(
+            api.request(reqwest::Method::POST, "/webhooks", &key)
+                .header("Idempotency-Key", "fix-me-too")
+                .header("Content-Type", "text/plain")
+                .body("url=x"),
+        )
+        .await;
+    assert_eq!(unsupported.status, 415, "{}", unsupported.text());
+    let retried = api.post_idempotent("/webhooks", &key, "fix-me-too", &json!({ "url": receiver.url() })).await;
+    retried.expect(201);
 
     api.shutdown().await.unwrap();
 }
