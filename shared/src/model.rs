@@ -422,17 +422,39 @@ impl DeliveryLog {
     }
 }
 
-/// A list answer: `{count, data}`.
+/// A list answer: `{count, data, has_more}`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct List<T> {
     /// How many items `data` holds.
     pub count: usize,
     pub data: Vec<T>,
+    /// Whether the next page (by the list's cursor) has more.
+    pub has_more: bool,
 }
 
 impl<T> From<Vec<T>> for List<T> {
+    /// A whole list: nothing more to page.
     fn from(data: Vec<T>) -> Self {
-        List { count: data.len(), data }
+        List { count: data.len(), data, has_more: false }
+    }
+}
+
+impl<T> List<T> {
+    /// A page of at most `limit` from `rows`, which were fetched with one row
+    /// more than `limit` to tell whether there is more; the extra row is cut
+    /// from the end, or from the start when `from_start` (a page read
+    /// backwards, then flipped).
+    pub fn page(mut rows: Vec<T>, limit: i64, from_start: bool) -> List<T> {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let has_more = rows.len() > limit;
+        if has_more {
+            if from_start {
+                rows.drain(..rows.len() - limit);
+            } else {
+                rows.truncate(limit);
+            }
+        }
+        List { count: rows.len(), data: rows, has_more }
     }
 }
 
@@ -458,6 +480,16 @@ mod tests {
         assert!(scopes_grant(&[Scope::WebhooksRead], Scope::WebhooksRead));
         assert!(!scopes_grant(&[Scope::WebhooksRead], Scope::WebhooksWrite));
         assert!(!scopes_grant(&[], Scope::WebhooksRead));
+    }
+
+    #[test]
+    fn a_page_cuts_the_extra_row_at_the_right_end() {
+        let page = List::page(vec![1, 2, 3], 2, false);
+        assert_eq!((page.data, page.has_more, page.count), (vec![1, 2], true, 2));
+        let page = List::page(vec![1, 2, 3], 2, true);
+        assert_eq!((page.data, page.has_more), (vec![2, 3], true));
+        let page = List::page(vec![1, 2], 2, false);
+        assert_eq!((page.data, page.has_more), (vec![1, 2], false));
     }
 
     #[test]

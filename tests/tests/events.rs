@@ -170,6 +170,19 @@ async fn the_event_list_is_newest_first_filtered_and_paged_by_cursors() {
     assert_eq!(ids(&format!("?ending_before={}", e[6])).await, Vec::<String>::new());
     assert_eq!(ids(&format!("?starting_after={}&ending_before={}", e[6], e[2])).await, pick(&[5, 4, 3]));
 
+    // has_more: whether the next page in the direction read has more.
+    let more = async |query: &str| -> bool {
+        let answer = api.get(&format!("/webhook_events{query}"), &key).await;
+        answer.expect(200)["has_more"].as_bool().expect("has_more")
+    };
+    assert!(more("?limit=6").await);
+    assert!(!more("?limit=7").await);
+    assert!(more(&format!("?limit=3&starting_after={}", e[5])).await);
+    assert!(!more(&format!("?limit=3&starting_after={}", e[3])).await);
+    assert!(more(&format!("?limit=2&ending_before={}", e[2])).await);
+    assert!(!more(&format!("?limit=4&ending_before={}", e[2])).await);
+    assert_eq!(ids(&format!("?limit=2&ending_before={}", e[2])).await, pick(&[4, 3]));
+
     for bad in ["limit=0", "limit=501", "limit=-1", "limit=many"] {
         api.get(&format!("/webhook_events?{bad}"), &key).await.expect_error_at(400, "invalid", "query", "limit");
     }
@@ -194,6 +207,75 @@ async fn the_event_list_is_newest_first_filtered_and_paged_by_cursors() {
     assert_eq!(all.len(), many.len());
     let created: Vec<String> = all.iter().map(|e| e["event_created_at"].as_str().unwrap().to_owned()).collect();
     assert!(created.windows(2).all(|w| w[0] >= w[1]), "not newest first: {created:?}");
+
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upcoming_entries_carry_their_delivery_and_pages_say_when_more_come() {
+    let api = TestApi::start_with(tests::ApiOptions { retry_schedule: Some("1h".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(tests::Reply::status(500));
+    let failing =
+        active_endpoint_with(&api, &key, json!({ "url": receiver.url(), "event_categories": ["transfer"] })).await;
+    let disabled = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let first = ingest(&api, key.developer_id(), "transfer", 0).await;
+    wait_for_logs(&api, &key, &failing, 1).await;
+
+    // Retrying after one failed attempt, with its next time; held where disabled.
+    let entries = upcoming_entries(&api, &key, &failing, "").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let delivery = &entries[0]["delivery"];
+    assert_eq!((delivery["state"].as_str(), delivery["attempts"].as_i64()), (Some("retrying"), Some(1)), "{delivery}");
+    tests::expect::timestamp(&delivery["next_attempt_at"]);
+    let held = upcoming_entries(&api, &key, &disabled, "").await;
+    assert_eq!(held[0]["delivery"]["state"], "held", "{held:?}");
+    assert!(held[0]["delivery"]["next_attempt_at"].is_null());
+    assert_eq!(upcoming(&api, &key, &disabled, "").await, vec![first.clone()]);
+
+    // An earlier event of a beginning_of_time endpoint has no delivery yet.
+    let earlier = create(&api, &key, json!({ "url": receiver.url(), "event_epoch": "beginning_of_time" })).await;
+    let never = upcoming_entries(&api, &key, &earlier, "").await;
+    assert!(never[0]["delivery"].is_null(), "{never:?}");
+
+    // has_more on upcoming events and on logs.
+    ingest(&api, key.developer_id(), "customer", 1).await;
+    let page = api.get(&format!("/webhooks/{}/events?limit=1", id(&disabled)), &key).await;
+    assert_eq!(page.expect(200)["has_more"], true);
+    let page = api.get(&format!("/webhooks/{}/events?limit=2", id(&disabled)), &key).await;
+    assert_eq!(page.expect(200)["has_more"], false);
+    let logs = api.get(&format!("/webhooks/{}/logs?limit=1", id(&failing)), &key).await;
+    assert_eq!(logs.expect(200)["has_more"], false);
+    let all = api.get("/webhooks", &key).await;
+    assert_eq!(all.expect(200)["has_more"], false);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn narrowing_the_categories_drops_the_upcoming_events_no_longer_wanted() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let transfer = ingest(&api, key.developer_id(), "transfer", 0).await;
+    let customer = ingest(&api, key.developer_id(), "customer", 1).await;
+    assert_eq!(upcoming(&api, &key, &webhook, "").await, vec![transfer.clone(), customer.clone()]);
+
+    let path = format!("/webhooks/{}", id(&webhook));
+    api.put(&path, &key, &json!({ "event_categories": ["transfer"] })).await.expect(200);
+    assert_eq!(upcoming(&api, &key, &webhook, "").await, vec![transfer.clone()]);
+    // Widening again does not bring back what was dropped; new events come.
+    api.put(&path, &key, &json!({ "event_categories": [] })).await.expect(200);
+    let later = ingest(&api, key.developer_id(), "customer", 2).await;
+    assert_eq!(upcoming(&api, &key, &webhook, "").await, vec![transfer, later]);
+    // The dropped event can still be sent on request.
+    assert_sent(&send(&api, &key, &webhook, &event_id(&customer)).await);
 
     api.shutdown().await.unwrap();
 }

@@ -39,15 +39,53 @@ pub fn router() -> Router<AppState> {
 pub struct EventList {
     count: usize,
     data: Vec<Box<RawValue>>,
+    has_more: bool,
 }
 
-fn event_list(rows: Vec<StoredEvent>) -> ApiResult<axum::Json<EventList>> {
-    let data = rows
+fn event_list(page: List<StoredEvent>) -> ApiResult<axum::Json<EventList>> {
+    let data = page
+        .data
         .into_iter()
         .map(|row| RawValue::from_string(row.body))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::Unexpected(e.into()))?;
-    Ok(axum::Json(EventList { count: data.len(), data }))
+    Ok(axum::Json(EventList { count: data.len(), data, has_more: page.has_more }))
+}
+
+/// An upcoming event as `GET /webhooks/{id}/events` lists it: the `Event`,
+/// and where its delivery to this endpoint stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpcomingEvent {
+    #[serde(flatten)]
+    pub event: Event,
+    /// Null when no delivery was made yet: an earlier event of a
+    /// `beginning_of_time` endpoint, which only `send` or `recover` deliver.
+    pub delivery: Option<UpcomingDeliveryState>,
+}
+
+/// Where an upcoming delivery stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpcomingDeliveryState {
+    /// `held` (kept while the endpoint is disabled), `pending` (queued for
+    /// its first attempt) or `retrying`.
+    #[schema(pattern = "^(held|pending|retrying)$")]
+    pub state: String,
+    /// Attempts made so far.
+    pub attempts: i32,
+    /// When the next attempt is due; null while held.
+    #[serde(serialize_with = "shared::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// `event` (an `Event` object as stored) with `"delivery": delivery` added.
+fn with_delivery(event: String, delivery: Option<&UpcomingDeliveryState>) -> ApiResult<Box<RawValue>> {
+    let delivery = serde_json::to_string(&delivery).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let trimmed = event.trim_end();
+    let Some(open) = trimmed.strip_suffix('}') else {
+        return Err(ApiError::Unexpected(anyhow::anyhow!("a stored event is not a JSON object")));
+    };
+    RawValue::from_string(format!("{open},\"delivery\":{delivery}}}")).map_err(|e| ApiError::Unexpected(e.into()))
 }
 
 fn limit(value: Option<i64>, default: i64, max: i64) -> ApiResult<i64> {
@@ -77,7 +115,7 @@ pub struct UpcomingQuery {
 #[utoipa::path(get, path = "/v0/webhooks/{id}/events", tag = "events", operation_id = "listUpcomingEvents",
     params(EndpointId, UpcomingQuery),
     responses(
-        (status = 200, description = "Upcoming events, oldest first", body = List<Event>),
+        (status = 200, description = "Upcoming events, oldest first, each with its delivery's state", body = List<UpcomingEvent>),
         (status = 400, description = "`invalid` query parameter (`source.key` names it): `limit` out of range, or an unknown parameter", body = ErrorBody),
         (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
         (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
@@ -91,8 +129,30 @@ pub async fn upcoming(
     caller.require(Scope::WebhooksRead)?;
     let limit = limit(query.limit, 10, 100)?;
     let endpoint = find(&state, &caller, &id).await?;
-    let rows = state.store.upcoming_events(&endpoint, limit).await?;
-    event_list(rows)
+    let page = List::page(state.store.upcoming_events(&endpoint, limit + 1).await?, limit, false);
+    let ids: Vec<String> = page.data.iter().map(|row| row.id.clone()).collect();
+    let deliveries: std::collections::HashMap<String, UpcomingDeliveryState> = state
+        .store
+        .upcoming_deliveries(&endpoint.id, &ids)
+        .await?
+        .into_iter()
+        .map(|d| {
+            (
+                d.event_id,
+                UpcomingDeliveryState { state: d.state, attempts: d.attempts, next_attempt_at: d.next_attempt_at },
+            )
+        })
+        .collect();
+    // Read after the list: a delivery that settled in between is no longer
+    // upcoming, and leaves the page.
+    let upcoming = |d: &&UpcomingDeliveryState| matches!(d.state.as_str(), "held" | "pending" | "retrying");
+    let data = page
+        .data
+        .into_iter()
+        .filter(|row| deliveries.get(&row.id).is_none_or(|d| upcoming(&d)))
+        .map(|row| with_delivery(row.body, deliveries.get(&row.id)))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(axum::Json(EventList { count: data.len(), data, has_more: page.has_more }))
 }
 
 /// Query of `GET /webhooks/{id}/logs`.
@@ -135,10 +195,10 @@ pub async fn logs(
         .transpose()
         .map_err(|_| ApiError::invalid(Location::Query, "starting_after", "starting_after must be a log id"))?;
     let endpoint = find(&state, &caller, &id).await?;
-    let rows = state.store.list_logs(&endpoint.id, limit, cursor).await?.ok_or_else(|| {
+    let rows = state.store.list_logs(&endpoint.id, limit + 1, cursor).await?.ok_or_else(|| {
         ApiError::invalid(Location::Query, "starting_after", "starting_after names no log entry of this endpoint")
     })?;
-    Ok(axum::Json(rows.into()))
+    Ok(axum::Json(List::page(rows, limit, false)))
 }
 
 /// Body of `POST /webhooks/{id}/send`.
@@ -259,12 +319,15 @@ pub async fn list(
     cursor("ending_before", &query.ending_before)?;
     let page = EventPage {
         category,
-        limit,
+        limit: limit + 1,
         starting_after: query.starting_after.as_deref(),
         ending_before: query.ending_before.as_deref(),
     };
     let rows = state.store.list_events(caller.developer_id(), &page).await?.ok_or_else(|| {
         ApiError::invalid(Location::Query, "starting_after,ending_before", "a cursor names no event of yours")
     })?;
-    event_list(rows)
+    // A page before `ending_before` alone is read upwards and flipped: its
+    // extra row is the newest, first.
+    let backwards = page.ending_before.is_some() && page.starting_after.is_none();
+    event_list(List::page(rows, limit, backwards))
 }

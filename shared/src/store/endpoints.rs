@@ -267,6 +267,15 @@ pub(crate) fn activates(changes: &[ChangeDetail]) -> bool {
     changes.iter().any(|(kind, _)| *kind == ChangeKind::Activated)
 }
 
+/// Whether `changes` narrow the endpoint's categories to some (none means
+/// every category): then its upcoming deliveries of other categories are
+/// cancelled, no longer wanted.
+pub(crate) fn narrows(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, details)| {
+        *kind == ChangeKind::CategoriesChanged && details["to"].as_array().is_some_and(|to| !to.is_empty())
+    })
+}
+
 /// The stored names of an endpoint's optional parts.
 pub(crate) fn parse_optional(
     id: &str,

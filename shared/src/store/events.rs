@@ -52,6 +52,17 @@ pub struct StoredEvent {
     pub created_at: DateTime<Utc>,
 }
 
+/// Where the delivery of an upcoming event to its endpoint stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpcomingDelivery {
+    pub event_id: String,
+    /// `held`, `pending` or `retrying`.
+    pub state: String,
+    /// Attempts made so far.
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
 /// A page request over events: newest first, with cursors.
 #[derive(Debug, Clone, Default)]
 pub struct EventPage<'a> {

@@ -30,6 +30,7 @@ pub use endpoints::{
 };
 pub use events::{
     EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow, SendOutcome, StoredEvent,
+    UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
@@ -273,6 +274,16 @@ impl Store {
     /// events of its categories that it never had.
     pub async fn upcoming_events(&self, endpoint: &EndpointRecord, limit: i64) -> StoreResult<Vec<StoredEvent>> {
         each_backend!(self, s => s.upcoming_events(endpoint, limit).await)
+    }
+
+    /// The deliveries to `endpoint_id` of those of `event_ids` that have one
+    /// (an upcoming event of a `beginning_of_time` endpoint may have none).
+    pub async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        each_backend!(self, s => s.upcoming_deliveries(endpoint_id, event_ids).await)
     }
 
     /// The developer's events, newest first, paged by event-id cursors.

@@ -118,9 +118,30 @@ pub async fn active_endpoint_with(api: &TestApi, key: &DeveloperKey, body: Value
     set_status(api, key, &created, "active").await
 }
 
-/// `GET /webhooks/{id}/events{query}`, asserting 200 and `count == data.len()`.
+/// `GET /webhooks/{id}/events{query}`, asserting 200 and `count == data.len()`:
+/// the `Event`s, each without the `delivery` it is listed with (whose shape
+/// is checked).
 pub async fn upcoming(api: &TestApi, key: &DeveloperKey, webhook: &Value, query: &str) -> Vec<Value> {
-    list(api.get(&format!("/webhooks/{}/events{query}", id(webhook)), key).await)
+    let mut entries = upcoming_entries(api, key, webhook, query).await;
+    for entry in &mut entries {
+        entry.as_object_mut().expect("an object").remove("delivery");
+    }
+    entries
+}
+
+/// `GET /webhooks/{id}/events{query}` as listed: each entry an `Event` with
+/// `delivery: {state, attempts, next_attempt_at}` or null.
+pub async fn upcoming_entries(api: &TestApi, key: &DeveloperKey, webhook: &Value, query: &str) -> Vec<Value> {
+    let entries = list(api.get(&format!("/webhooks/{}/events{query}", id(webhook)), key).await);
+    for entry in &entries {
+        let delivery = entry.get("delivery").unwrap_or_else(|| panic!("an upcoming entry without delivery: {entry}"));
+        if !delivery.is_null() {
+            assert!(["held", "pending", "retrying"].contains(&delivery["state"].as_str().unwrap_or("")), "{entry}");
+            assert!(delivery["attempts"].as_i64().is_some_and(|a| a >= 0), "{entry}");
+            assert!(delivery["next_attempt_at"].is_null() || delivery["next_attempt_at"].is_string(), "{entry}");
+        }
+    }
+    entries
 }
 
 /// The event ids of `GET /webhooks/{id}/events?limit=100`, in the order listed.
@@ -149,6 +170,7 @@ pub fn list(response: ApiResponse) -> Vec<Value> {
     let body = response.expect(200);
     let data = body["data"].as_array().unwrap_or_else(|| panic!("{} answered no data: {body}", response.request));
     assert_eq!(body["count"].as_u64(), Some(data.len() as u64), "{} answered {body}", response.request);
+    assert!(body["has_more"].is_boolean(), "{} answered without has_more: {body}", response.request);
     data.clone()
 }
 

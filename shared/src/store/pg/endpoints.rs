@@ -14,7 +14,7 @@ use crate::{
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
         endpoints::{
-            activates, apply_update, category_names, created_details, normalised, parse_names, parse_optional,
+            activates, apply_update, category_names, created_details, narrows, normalised, parse_names, parse_optional,
             previous_key, reason_name,
         },
     },
@@ -266,6 +266,18 @@ impl PgStore {
         .bind(previous.map(|k| k.expires_at))
         .execute(&mut *tx)
         .await?;
+        if narrows(&changes) {
+            sqlx::query(
+                "UPDATE deliveries d SET state = 'cancelled', updated_at = now()
+                   FROM events e
+                  WHERE d.endpoint_id = $1 AND e.id = d.event_id AND d.state IN ('held', 'pending', 'retrying')
+                    AND NOT (e.category = ANY ($2))",
+            )
+            .bind(&record.id)
+            .bind(category_names(&record.event_categories))
+            .execute(&mut *tx)
+            .await?;
+        }
         if activates(&changes) {
             sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
                 .bind(&record.id)

@@ -11,7 +11,7 @@ use crate::{
     model::EventEpoch,
     store::{
         EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
-        SendOutcome, StoreError, StoreResult, StoredEvent,
+        SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
     },
 };
 
@@ -114,6 +114,30 @@ impl PgStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    pub(in crate::store) async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        let rows: Vec<(String, String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT event_id, state, attempts, next_attempt_at FROM deliveries
+              WHERE endpoint_id = $1 AND event_id = ANY ($2)",
+        )
+        .bind(endpoint_id)
+        .bind(event_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(event_id, state, attempts, next_attempt_at)| UpcomingDelivery {
+                event_id,
+                state,
+                attempts,
+                next_attempt_at,
+            })
+            .collect())
     }
 
     pub(in crate::store) async fn list_events(

@@ -13,7 +13,7 @@ use crate::{
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
         endpoints::{
-            activates, apply_update, category_names, created_details, normalised, parse_names, parse_optional,
+            activates, apply_update, category_names, created_details, narrows, normalised, parse_names, parse_optional,
             previous_key, reason_name,
         },
         health::FAILING_DAYS,
@@ -263,6 +263,19 @@ impl SqliteStore {
         .bind(previous.map(|k| micros(k.expires_at)))
         .execute(&mut *tx)
         .await?;
+        if narrows(&changes) {
+            sqlx::query(
+                "UPDATE deliveries SET state = 'cancelled', updated_at = $3
+                  WHERE endpoint_id = $1 AND state IN ('held', 'pending', 'retrying')
+                    AND (SELECT e.category FROM events e WHERE e.id = deliveries.event_id)
+                        NOT IN (SELECT value FROM json_each($2))",
+            )
+            .bind(&record.id)
+            .bind(json_list(category_names(&record.event_categories)))
+            .bind(micros(record.updated_at))
+            .execute(&mut *tx)
+            .await?;
+        }
         if activates(&changes) {
             sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
                 .bind(&record.id)

@@ -10,7 +10,7 @@ use crate::{
     model::EventEpoch,
     store::{
         EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
-        SendOutcome, StoreError, StoreResult, StoredEvent, endpoints::category_names,
+        SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
     },
 };
 
@@ -133,6 +133,26 @@ impl SqliteStore {
         .fetch_all(&self.reader)
         .await?;
         rows.into_iter().map(stored).collect()
+    }
+
+    pub(in crate::store) async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        let rows: Vec<(String, String, i32, Option<i64>)> = sqlx::query_as(
+            "SELECT event_id, state, attempts, next_attempt_at FROM deliveries
+              WHERE endpoint_id = $1 AND event_id IN (SELECT value FROM json_each($2))",
+        )
+        .bind(endpoint_id)
+        .bind(serde_json::Value::from(event_ids.to_vec()).to_string())
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter()
+            .map(|(event_id, state, attempts, next)| {
+                Ok(UpcomingDelivery { event_id, state, attempts, next_attempt_at: next.map(time).transpose()? })
+            })
+            .collect()
     }
 
     pub(in crate::store) async fn list_events(
