@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use lapin::{
     Channel, Connection, ConnectionProperties, ExchangeKind,
@@ -141,10 +142,17 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn connect(amqp_url: &str, process: &str) -> anyhow::Result<Connection> {
     let options =
         ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
-    match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, options)).await {
-        Ok(connected) => Ok(connected?),
-        Err(_) => anyhow::bail!("no AMQP handshake within {CONNECT_TIMEOUT:?}"),
-    }
+    let connected = match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, options)).await {
+        Ok(connected) => connected.map_err(anyhow::Error::new),
+        Err(_) => Err(anyhow::anyhow!("no AMQP handshake within {CONNECT_TIMEOUT:?}")),
+    };
+    connected.with_context(|| {
+        format!(
+            "cannot reach RabbitMQ at {}: start it (or install it), point AMQP_URL at a running broker, \
+             or run `webhooks-api standalone`, which needs neither RabbitMQ nor PostgreSQL",
+            crate::config::redacted_url(amqp_url)
+        )
+    })
 }
 
 /// Runs broker sessions until `shutdown`: each time `session` fails (the broker

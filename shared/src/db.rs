@@ -41,13 +41,35 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 pub async fn connect(common: &crate::config::CommonConfig) -> anyhow::Result<Store> {
     let url = common.database_url();
     let pool = pool(url, common.database_max_connections).context("DATABASE_URL")?;
+    // A few seconds of retries cover a database that is starting; beyond
+    // that the operator learns at once what is wrong and what to do (an
+    // orchestrator restarts the process anyway).
     (|| migrate(&pool))
-        .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(5)).with_max_times(8))
+        .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(2)).with_max_times(4))
         .notify(|error, delay| tracing::warn!(%error, ?delay, "database not ready; retrying"))
         .await
-        .context("apply database migrations")?;
+        .map_err(|error| unreachable(url, error))?;
     let topology = crate::broker::Topology::new(&common.queue_prefix, &common.retry_schedule);
     Ok(Store::Postgres(PgStore::new(pool, &topology)))
+}
+
+/// The error of a database that cannot be used: where it was looked for and
+/// what to do, besides the cause. A database that answered with an error of
+/// its own (say, a failed migration) is reported as such.
+fn unreachable(url: &str, error: sqlx::migrate::MigrateError) -> anyhow::Error {
+    let where_ = crate::config::redacted_url(url);
+    let unreachable = matches!(
+        &error,
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_))
+    );
+    if unreachable {
+        anyhow::Error::new(error).context(format!(
+            "cannot reach PostgreSQL at {where_}: start it (or install it), point DATABASE_URL at a running \
+             server, or run `webhooks-api standalone`, which needs neither PostgreSQL nor RabbitMQ"
+        ))
+    } else {
+        anyhow::Error::new(error).context(format!("apply database migrations on {where_}"))
+    }
 }
 
 /// The store an operator's command works on: standalone mode's SQLite store

@@ -271,7 +271,8 @@ impl TargetError {
         match self {
             Self::Dns(_) => "the url's host could not be resolved",
             Self::BlockedAddress => {
-                "the url's host is or resolves to a loopback, private, link-local or otherwise non-public address"
+                "the url's host is or resolves to a loopback, private, link-local or otherwise non-public address \
+                 (a service that should deliver there runs with TARGET_ALLOW_PRIVATE=true)"
             }
             Self::NoHost => "url must have a host",
         }

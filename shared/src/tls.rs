@@ -168,7 +168,10 @@ fn tls_reason(error: &rustls::Error) -> &'static str {
         rustls::Error::InvalidCertificate(cert) => match cert {
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => "certificate expired",
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => "certificate not yet valid",
-            CertificateError::UnknownIssuer => "unknown issuer: the certificate does not chain to a trusted root",
+            CertificateError::UnknownIssuer => {
+                "unknown issuer: the certificate does not chain to a trusted root (a private CA is trusted by \
+                 adding its PEM to TLS_EXTRA_ROOTS)"
+            }
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 "certificate not valid for the host"
             }

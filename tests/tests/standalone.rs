@@ -280,3 +280,67 @@ async fn a_kill_9_mid_stream_loses_no_accepted_event() {
     );
     kill(&mut process).await;
 }
+
+/// Stops `child` with SIGTERM and returns what it logged on stderr; asserts a
+/// clean exit.
+async fn stop_and_read_stderr(child: &mut Child) -> String {
+    let pid = child.id().expect("a running process").to_string();
+    let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    assert!(sent.success());
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await.expect("stops").expect("status");
+    assert!(status.success(), "SIGTERM ended it with {status}");
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut err)).await;
+    }
+    err
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn starts_and_clean_stops_log_no_warnings_and_no_colour_to_a_file() {
+    let setup = Setup::new();
+    for start in ["first", "second"] {
+        let mut child = setup.command(&["standalone"]).env("RUST_LOG", "info").spawn().expect("start");
+        eventually("standalone answers /readyz", Duration::from_secs(60), async || {
+            match setup.client.get(format!("http://{}/readyz", setup.internal)).send().await {
+                Ok(response) if response.status() == 200 => Ok(()),
+                Ok(response) => Err(response.status().to_string()),
+                Err(error) => Err(error.to_string()),
+            }
+        })
+        .await;
+        let log = stop_and_read_stderr(&mut child).await;
+        assert!(log.contains("INFO"), "the {start} start logged nothing at info:\n{log}");
+        assert!(!log.contains('\u{1b}'), "colour codes in a log that is not a terminal:\n{log}");
+        let bad: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        assert!(bad.is_empty(), "the {start} start and stop logged:\n{}", bad.join("\n"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_database_or_broker_is_named_with_what_to_do() {
+    let closed = free_addr();
+    let run = |args: &[&str], env: (&str, String)| {
+        std::process::Command::new(api_binary())
+            .args(args)
+            .env_clear()
+            .env(env.0, env.1)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run webhooks-api")
+    };
+    let database = format!("postgres://postgres:secret@{closed}/webhooks");
+    let output = run(&["migrate"], ("DATABASE_URL", database));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("cannot reach PostgreSQL at postgres://postgres:***@{closed}")), "{stderr}");
+    assert!(stderr.contains("webhooks-api standalone") && !stderr.contains("secret"), "{stderr}");
+
+    let broker = format!("amqp://guest:guest@{closed}/%2f");
+    let output = run(&["dead-letters", "list"], ("AMQP_URL", broker));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("cannot reach RabbitMQ at amqp://guest:***@{closed}")), "{stderr}");
+    assert!(stderr.contains("webhooks-api standalone"), "{stderr}");
+}
