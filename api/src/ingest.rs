@@ -36,15 +36,33 @@ pub fn router() -> Router<AppState> {
 /// Body of `POST /internal/events`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "developer_id": "0b7e2a54-8a0f-4f63-9d61-4f3c2f1e9a10",
+    "event_category": "transfer",
+    "event_type": "transfer.updated.status_transitioned",
+    "event_object_id": "tr_123",
+    "event_object": {"id": "tr_123", "amount": "100.00", "currency": "usdc", "state": "payment_processed"},
+    "event_object_status": "payment_processed",
+    "event_object_changes": {"state": ["pending", "payment_processed"]}
+}))]
 pub struct IngestEvent {
+    /// The developer whose endpoints get the event.
     pub developer_id: Uuid,
     pub event_category: Category,
+    /// 1 to 255 characters, no control characters.
+    #[schema(min_length = 1, max_length = 255)]
     pub event_type: String,
+    /// 1 to 255 characters, no control characters.
+    #[schema(min_length = 1, max_length = 255)]
     pub event_object_id: String,
+    /// The object as it is now: a JSON object.
     #[schema(value_type = Object)]
     pub event_object: serde_json::Value,
+    /// 1 to 255 characters, no control characters.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255)]
     pub event_object_status: Option<String>,
+    /// What changed: a JSON object (or null).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub event_object_changes: Option<serde_json::Value>,
@@ -108,7 +126,29 @@ async fn replay(state: &AppState, developer_id: Uuid, key: &str, hash: &[u8]) ->
     })))
 }
 
-async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+/// Hands an event over for delivery (internal listener, port 8081 by default).
+///
+/// Producers (the platform's other services) call it; developers never do.
+/// The event, one delivery per endpoint it is meant for and their queue
+/// messages are committed together before the 201: an accepted event
+/// survives any later crash. `Authorization: Bearer <INTERNAL_TOKEN>` when
+/// the service runs with a token. An optional `Idempotency-Key` makes a
+/// retry answer the event it made (`Idempotent-Replayed: true`) instead of
+/// making another.
+#[utoipa::path(post, path = "/internal/events", tag = "internal", operation_id = "ingestEvent",
+    request_body = IngestEvent,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible characters, per developer; kept as long as the event")),
+    security(("internal_token" = [])),
+    responses(
+        (status = 201, description = "The event as receivers will get it", body = Event,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid`/`required` body field (`source.key` names it), or a malformed `Idempotency-Key`", body = crate::error::ErrorBody),
+        (status = 401, description = "`invalid`: the bearer token is missing or wrong (only when `INTERNAL_TOKEN` is set)", body = crate::error::ErrorBody),
+        (status = 413, description = "`too_large`: the body is over `MAX_EVENT_BYTES` (256 KiB by default)", body = crate::error::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: the body is not `application/json`", body = crate::error::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: this developer used the key for another event", body = crate::error::ErrorBody),
+    ))]
+pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

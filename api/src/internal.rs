@@ -56,14 +56,27 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     next.run(request).await
 }
 
-/// The process is up.
-async fn healthz() -> &'static str {
+/// Liveness: the process is up.
+///
+/// Served without the token, and tells nothing else.
+#[utoipa::path(get, path = "/healthz", tag = "internal", operation_id = "healthz", security(()),
+    responses((status = 200, description = "`ok`", content_type = "text/plain", body = String)))]
+pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// The process can do its work: the database answers and the relay holds a
+/// Readiness: the database answers and (distributed mode) the relay holds a
 /// broker channel.
-async fn readyz(State(state): State<AppState>) -> Response {
+///
+/// Served without the token. The body says which part is down.
+#[utoipa::path(get, path = "/readyz", tag = "internal", operation_id = "readyz", security(()),
+    responses(
+        (status = 200, description = "Ready", body = Object,
+            example = json!({"database": "ok", "broker": "ok"})),
+        (status = 503, description = "Not ready", body = Object,
+            example = json!({"database": "ok", "broker": "down"})),
+    ))]
+pub async fn readyz(State(state): State<AppState>) -> Response {
     let database = state.store.ping().await.is_ok();
     // Standalone mode has no broker: its queue is the store.
     let broker = state.broker_up.as_ref().is_none_or(|up| *up.borrow());
@@ -75,7 +88,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+/// Metrics in the OpenMetrics text format, for Prometheus.
+///
+/// Needs the bearer token when `INTERNAL_TOKEN` is set.
+#[utoipa::path(get, path = "/metrics", tag = "internal", operation_id = "metrics", security(("internal_token" = [])),
+    responses((status = 200, description = "The API's metrics (and in standalone mode delivery's)",
+        content_type = "application/openmetrics-text", body = String)))]
+pub async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         state.metrics.render(state.delivery_metrics.as_deref()),

@@ -238,11 +238,30 @@ impl Modify for Common {
         let components = openapi.components.get_or_insert_with(Default::default);
         components
             .add_security_scheme("api_key", SecurityScheme::ApiKey(ApiKeyScheme::Header(ApiKeyValue::new("Api-Key"))));
+        components.add_security_scheme(
+            "internal_token",
+            SecurityScheme::Http(
+                utoipa::openapi::security::HttpBuilder::new()
+                    .scheme(utoipa::openapi::security::HttpAuthScheme::Bearer)
+                    .description(Some("`INTERNAL_TOKEN`, when the service runs with one"))
+                    .build(),
+            ),
+        );
         for (name, response) in shared_responses() {
             components.responses.insert(name.into(), RefOr::T(response));
         }
         let components = components.clone();
-        for item in openapi.paths.paths.values_mut() {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            // The internal listener: its own address, none of the public
+            // API's middleware (keys, idempotency store, request limit).
+            if !path.starts_with("/v0/") {
+                item.servers = Some(vec![utoipa::openapi::Server::new("http://127.0.0.1:8081")]);
+                for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                    add(operation, "408", REQUEST_TIMEOUT);
+                    add(operation, "431", HEADERS_TOO_LARGE);
+                }
+                continue;
+            }
             let operations = [
                 (HttpMethod::Get, &mut item.get),
                 (HttpMethod::Put, &mut item.put),
@@ -289,6 +308,7 @@ and an unknown path 404 `not_found`.",
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate_key, webhooks::recover,
         events::upcoming, events::logs, events::send, events::list,
+        crate::ingest::ingest, crate::internal::healthz, crate::internal::readyz, crate::internal::metrics,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&Common),
@@ -332,7 +352,8 @@ mod tests {
     fn operations(document: &Value) -> Vec<(String, String, &Value)> {
         let mut all = Vec::new();
         for (path, item) in document["paths"].as_object().unwrap() {
-            for (method, operation) in item.as_object().unwrap() {
+            // `servers` is no operation (the internal listener's paths have it).
+            for (method, operation) in item.as_object().unwrap().iter().filter(|(key, _)| *key != "servers") {
                 all.push((method.to_uppercase(), path.clone(), operation));
             }
         }
@@ -374,6 +395,13 @@ mod tests {
         let document: Value = serde_json::from_str(&super::document()).unwrap();
         for (method, path, operation) in operations(&document) {
             let responses = operation["responses"].as_object().unwrap();
+            if !path.starts_with("/v0/") {
+                // The internal listener: no keys, no idempotency store, no request limit.
+                for status in ["408", "431"] {
+                    assert!(responses.contains_key(status), "{method} {path} does not document {status}");
+                }
+                continue;
+            }
             let mut expected = vec!["401", "408", "429", "431"];
             if operation.get("requestBody").is_some() {
                 expected.extend(["413", "415"]);

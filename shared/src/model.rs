@@ -370,8 +370,21 @@ pub fn categories_include(categories: &[Category], category: Category) -> bool {
     categories.is_empty() || categories.contains(&category)
 }
 
-/// An event: the exact body POSTed to receivers (API.md §5).
+/// An event: the exact body POSTed to receivers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "api_version": "v0",
+    "event_id": "wh_4f1c2e0d9b8a7c6d5e4f3a2b1c0d9e8f",
+    "event_developer_id": "0b7e2a54-8a0f-4f63-9d61-4f3c2f1e9a10",
+    "event_category": "transfer",
+    "event_type": "transfer.updated.status_transitioned",
+    "event_sequence": 42,
+    "event_object_id": "tr_123",
+    "event_object_status": "payment_processed",
+    "event_object": {"id": "tr_123", "amount": "100.00", "currency": "usdc", "state": "payment_processed"},
+    "event_object_changes": {"state": ["pending", "payment_processed"]},
+    "event_created_at": "2026-11-21T10:04:05.123Z"
+}))]
 pub struct Event {
     /// Always `v0`.
     pub api_version: String,

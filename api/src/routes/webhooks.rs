@@ -43,6 +43,7 @@ pub fn router() -> Router<AppState> {
 /// Body of `POST /v0/webhooks`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"url": "https://hooks.example.com/webhooks", "event_categories": ["transfer", "customer"]}))]
 pub struct CreateWebhook {
     /// An absolute `https` URL without user-info, at most 2048 characters.
     /// Its host must resolve to public addresses only (unless the service runs
