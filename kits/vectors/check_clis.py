@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every kit's CLI over every case of cases.json and checks the CLI contract.
 
-    python check_clis.py 'node /abs/kits/node/cli.js' '/abs/venv/bin/python /abs/kits/python/cli.py' ...
+    python check_clis.py 'node /abs/kits/node/cli.js' '/abs/target/debug/webhooks-api verify' ...
 
 Each argument is one CLI's command (as `kits/run commands` prints them). For each:
   - every case: the exact output line ("genuine: ..." / "refused: <reason>") and exit code 0/1;
@@ -124,6 +124,13 @@ class Runner:
                         + ["--key", str(self.dir / "bad-key")] + now, None, 2)
 
 
+def label(argv):
+    """The script or binary, with a subcommand after it (`webhooks-api verify`)."""
+    if len(argv) > 1 and "/" not in argv[-1]:
+        return f"{Path(argv[-2]).name} {argv[-1]}"
+    return argv[-1]
+
+
 def main(commands):
     if not commands:
         print(__doc__, file=sys.stderr)
@@ -135,7 +142,7 @@ def main(commands):
             runner.check()
         for failure in runner.failures:
             print(f"FAIL [{command}] {failure}")
-        print(f"cli {runner.argv[-1]}: {runner.passed} passed, {len(runner.failures)} failed")
+        print(f"cli {label(runner.argv)}: {runner.passed} passed, {len(runner.failures)} failed")
         total_passed += runner.passed
         total_failed += len(runner.failures)
     print(f"{total_passed} passed, {total_failed} failed")
