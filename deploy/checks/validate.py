@@ -61,6 +61,7 @@ COMMON_SOURCES = ["shared/src/config.rs"]
 PROGRAMS = {
     "webhooks-api serve": COMMON_SOURCES + ["api/src/config.rs"],
     "webhooks-api migrate": COMMON_SOURCES,
+    "webhooks-api keys": COMMON_SOURCES,
     "webhooks-dispatcher": COMMON_SOURCES + ["dispatcher/src/config.rs"],
 }
 # Variables read by a library rather than a clap attribute, each allowed only
@@ -637,11 +638,13 @@ def check_compose(programs, report: Report) -> None:
         return
     init_name, _ = roles["init-secrets"]
     migrate_name, _ = roles["webhooks-api migrate"]
+    # Optional one-shot: the first API key, printed for a newcomer.
+    one_shots = {init_name, migrate_name} | ({roles["webhooks-api keys"][0]} if "webhooks-api keys" in roles else set())
     for name, service in services.items():
         restart = service.get("restart")
         if restart is None:
             errors.append(f"{name}: no restart policy")
-        one_shot = name in (init_name, migrate_name)
+        one_shot = name in one_shots
         if one_shot and restart != "no":
             errors.append(f"{name}: a one-shot service needs restart \"no\" (others wait for it to complete)")
         if not one_shot and not service.get("healthcheck"):
@@ -650,7 +653,7 @@ def check_compose(programs, report: Report) -> None:
             condition = spec.get("condition") if isinstance(spec, dict) else None
             if condition == "service_healthy" and not services[dependency].get("healthcheck"):
                 errors.append(f"{name}: waits for {dependency} to be healthy, which has no healthcheck")
-            if condition == "service_completed_successfully" and dependency not in (init_name, migrate_name):
+            if condition == "service_completed_successfully" and dependency not in one_shots:
                 errors.append(f"{name}: waits for {dependency} to complete, which keeps running")
     for role in ("webhooks-api serve", "webhooks-dispatcher"):
         name, service = roles[role]
