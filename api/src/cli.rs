@@ -43,6 +43,109 @@ enum Command {
         #[command(subcommand)]
         command: DeadLettersCommand,
     },
+    /// Hand an event to a running service, for testing.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// A developer's endpoints and their delivery logs, from the store.
+    Endpoints {
+        #[command(subcommand)]
+        command: EndpointsCommand,
+    },
+    /// An HTTPS receiver for development: a throwaway CA, one line per
+    /// delivery, the last one kept for `verify`.
+    Receiver(ReceiverArgs),
+    /// Check a delivery as a receiver does (the kits' CLI, kits/README.md):
+    /// prints `genuine: <scheme> signature` (exit 0) or `refused: <reason>`
+    /// (exit 1); exit 2 on a usage error or an unusable key.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    /// A JSON object: header name -> string value.
+    #[arg(long, value_name = "FILE")]
+    headers: std::path::PathBuf,
+    /// The raw body bytes.
+    #[arg(long, value_name = "FILE")]
+    body: std::path::PathBuf,
+    /// The PEM public key or the whpk_... text.
+    #[arg(long, value_name = "FILE")]
+    key: std::path::PathBuf,
+    /// The receiver's clock, unix milliseconds (default: now).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    now_ms: Option<i64>,
+}
+
+#[derive(Debug, Subcommand)]
+enum EventsCommand {
+    /// POST an event (the body of `POST /internal/events`, from a file or
+    /// `-` for stdin) to the internal listener of a running service.
+    Send(SendArgs),
+}
+
+#[derive(Debug, Args)]
+struct SendArgs {
+    /// A JSON file with the event, or `-` for stdin.
+    #[arg(default_value = "-")]
+    file: std::path::PathBuf,
+    /// The internal listener of the running service.
+    #[arg(long, env = "INTERNAL_URL", default_value = "http://127.0.0.1:8081")]
+    internal_url: String,
+    /// The service's `INTERNAL_TOKEN`, when it runs with one.
+    #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
+    internal_token: Option<String>,
+    /// Sent as `Idempotency-Key`: a repeat answers the event it made.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Print the accepted event as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum EndpointsCommand {
+    /// A developer's endpoints: status, scheme, url and health.
+    List(EndpointsListArgs),
+    /// An endpoint's delivery log, newest first.
+    Logs(EndpointsLogsArgs),
+}
+
+#[derive(Debug, Args)]
+struct EndpointsListArgs {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// The developer whose endpoints to list.
+    #[arg(long)]
+    developer_id: Uuid,
+    /// Print the `Webhook` objects as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct EndpointsLogsArgs {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// The endpoint (`wep_…`).
+    endpoint_id: String,
+    /// How many entries, newest first.
+    #[arg(long, default_value_t = 20)]
+    limit: i64,
+    /// Print the `DeliveryLog` objects as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ReceiverArgs {
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:9443")]
+    listen: std::net::SocketAddr,
+    /// Where to write `ca.pem` and keep the last delivery.
+    #[arg(long, default_value = "./webhooks-receiver")]
+    dir: std::path::PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,6 +207,7 @@ fn print(text: &str) -> anyhow::Result<()> {
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Verify(args) => verify(&args),
         Command::Serve(config) => {
             shared::telemetry::init(config.common.log_format);
             let shutdown = shared::shutdown::on_signal();
@@ -140,6 +244,31 @@ pub async fn main() -> anyhow::Result<()> {
             print(&format!("{out}\n"))
         }
         Command::Openapi => print(&crate::openapi::document()),
+        Command::Events { command: EventsCommand::Send(args) } => {
+            let body = crate::operator::read_body(&args.file)?;
+            let target = crate::operator::SendTarget {
+                internal_url: &args.internal_url,
+                token: args.internal_token.as_deref(),
+                idempotency_key: args.idempotency_key.as_deref(),
+            };
+            let event = crate::operator::send_event(&target, body).await?;
+            if args.json { print(&format!("{event}\n")) } else { print(&crate::operator::render_sent(&event)) }
+        }
+        Command::Endpoints { command: EndpointsCommand::List(args) } => {
+            shared::telemetry::init(args.common.log_format);
+            let endpoints = crate::operator::list_endpoints(&args.common, args.developer_id).await?;
+            print(&crate::operator::render_endpoints(&endpoints, args.json)?)
+        }
+        Command::Endpoints { command: EndpointsCommand::Logs(args) } => {
+            shared::telemetry::init(args.common.log_format);
+            anyhow::ensure!((1..=1000).contains(&args.limit), "--limit must be between 1 and 1000");
+            let logs = crate::operator::endpoint_logs(&args.common, &args.endpoint_id, args.limit).await?;
+            print(&crate::operator::render_logs(&logs, args.json)?)
+        }
+        Command::Receiver(args) => {
+            let shutdown = shared::shutdown::on_signal();
+            crate::dev_receiver::run(args.listen, &args.dir, shutdown).await
+        }
         Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
             shared::telemetry::init(args.common.log_format);
             let listed = crate::dead_letters::list(&args.common, args.limit).await?;
@@ -163,6 +292,38 @@ pub async fn main() -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// `webhooks-api verify`: no tracing, no database; exits 0, 1 or 2.
+fn verify(args: &VerifyArgs) -> ! {
+    let code = match verify_files(args).and_then(|(line, code)| print(&format!("{line}\n")).map(|()| code)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            2
+        }
+    };
+    std::process::exit(code)
+}
+
+/// The line to print and the exit code, or a usage error.
+fn verify_files(args: &VerifyArgs) -> anyhow::Result<(String, i32)> {
+    let read = |path: &Path| std::fs::read(path).with_context(|| format!("read {}", path.display()));
+    let headers: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&read(&args.headers)?)
+        .context("the headers file must be a JSON object of header name -> string value")?;
+    let headers = headers
+        .iter()
+        .map(|(name, value)| value.as_str().map(|value| (name.as_str(), value)))
+        .collect::<Option<Vec<_>>>()
+        .context("the headers file must be a JSON object of header name -> string value")?;
+    let body = read(&args.body)?;
+    let key = String::from_utf8(read(&args.key)?).context("the key file is not text")?;
+    let key = shared::verify::ReceiverKey::parse(&key)?;
+    let now_ms = args.now_ms.unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+    Ok(match key.verify(&headers, &body, now_ms) {
+        Ok(verified) => (format!("genuine: {} signature", verified.scheme.as_str()), 0),
+        Err(refusal) => (format!("refused: {refusal}"), 1),
+    })
 }
 
 async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {

@@ -73,10 +73,14 @@ fn unreachable(url: &str, error: sqlx::migrate::MigrateError) -> anyhow::Error {
 }
 
 /// The store an operator's command works on: standalone mode's SQLite store
-/// when `DATA_DIR` is set and `DATABASE_URL` is not, else PostgreSQL.
+/// when `DATA_DIR` is set and `DATABASE_URL` is not, or when neither is set
+/// and standalone mode's default folder (`./webhooks-data`) exists; else
+/// PostgreSQL.
 pub async fn open_for_command(common: &crate::config::CommonConfig) -> anyhow::Result<Store> {
+    let default_dir = std::path::Path::new(crate::config::DEFAULT_DATA_DIR);
     match (&common.database_url, &common.data_dir) {
         (None, Some(data_dir)) => Ok(Store::Sqlite(SqliteStore::open(data_dir).await?)),
+        (None, None) if default_dir.is_dir() => Ok(Store::Sqlite(SqliteStore::open(default_dir).await?)),
         _ => connect(common).await,
     }
 }

@@ -20,3 +20,4 @@ pub mod store;
 pub mod telemetry;
 pub mod time;
 pub mod tls;
+pub mod verify;
