@@ -61,12 +61,12 @@
     return h("select", {}, options.map(([value, label]) => h("option", { value, selected: value === current }, label)));
   }
 
-  function when(iso) {
-    if (!iso) return "—";
+  /** `2026-11-21 10:04:05 UTC` for an RFC 3339 time (itself when it is not one). */
+  function utc(iso) {
     const date = new Date(iso);
-    if (Number.isNaN(date.getTime())) return String(iso);
-    return h("time", { datetime: iso, title: iso }, date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC"));
+    return Number.isNaN(date.getTime()) ? String(iso) : date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
   }
+  const when = (iso) => (iso ? h("time", { datetime: iso, title: iso }, utc(iso)) : "—");
 
   const badge = (text, kind) => h("span", { class: `badge ${kind || text}` }, text);
 
@@ -264,7 +264,9 @@
   async function route() {
     stopRefresh();
     const token = ++state.render;
-    const [page, id] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    const [page, id] = location.hash.replace(/^#\/?/, "").split("/").map((part) => {
+      try { return decodeURIComponent(part); } catch { return part; }
+    });
     updateHeader();
     if (page === "checker") return viewChecker();
     if (!state.me) {
@@ -341,7 +343,8 @@
         ep.disabled_reason ? badge(`disabled: ${ep.disabled_reason}`, "failing") : null),
       h("p", { class: "meta" }, `${ep.id} · ${categoriesText(ep.event_categories)} · created `, when(ep.created_at))));
     show(h("h1", {}, "Endpoints"),
-      can("webhooks:write") ? createEndpointForm(list.data.length === 0) : null,
+      can("webhooks:write") ? createEndpointForm(list.data.length === 0)
+        : h("p", { class: "hint" }, "This key can look but not change: it lacks the webhooks:write scope."),
       items.length ? h("ul", { class: "cards", id: "endpoint-list" }, items) : h("p", { class: "empty" }, "No endpoints yet."));
   }
 
@@ -413,7 +416,7 @@
         }) }, "Activate"),
       h("button", { type: "button", onclick: (e) => run(e.currentTarget, async () => {
         const rotated = await api("POST", `${path}/rotate_key`);
-        notice(`Key rotated. The previous key also signs until ${rotated.previous_key_expires_at || "the overlap ends"}.`);
+        notice(`Key rotated. The previous key also signs until ${rotated.previous_key_expires_at ? utc(rotated.previous_key_expires_at) : "the overlap ends"}.`);
         await reload();
       }) }, "Rotate key"),
       confirmButton("Delete", "Delete this endpoint for good?", async () => {
@@ -659,98 +662,150 @@
   }
 
   // ---- signature checker ------------------------------------------------------------------------
+  // The rules of the receiver kits (kits/README.md): the key picks the scheme and
+  // only that scheme's headers count; every signature is tried; the replay window
+  // is looked at only once a signature verified. Refusals use the kits' reasons.
 
   const utf8 = (text) => new TextEncoder().encode(text);
+  const PLATFORM_WINDOW_MS = 10 * 60 * 1000;
+  const STANDARD_WINDOW_MS = 5 * 60 * 1000;
+
+  /** Standard base64, padding optional; null when it is not base64. */
   function base64(text) {
-    const clean = text.trim().replace(/-/g, "+").replace(/_/g, "/");
-    return Uint8Array.from(atob(clean), (c) => c.charCodeAt(0));
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.replace(/=+$/, "").length % 4 === 1) return null;
+    try { return Uint8Array.from(atob(text), (c) => c.charCodeAt(0)); } catch { return null; }
   }
 
-  /** `Name: value` lines (a bare `t=…,v0=…` line is the X-Webhook-Signature value) into a Map by lower-case name. */
+  class Refused {
+    constructor(reason, detail) { this.reason = reason; this.detail = detail; }
+  }
+  class Unusable {
+    constructor(detail) { this.detail = detail; }
+  }
+  const malformed = (detail) => new Refused("malformed header", detail);
+
+  /** `Name: value` lines into a Map by lower-case name (a bare `t=…,v0=…` line is X-Webhook-Signature); names given twice are noted. */
   function parseHeaders(text) {
     const headers = new Map();
+    const twice = new Set();
     for (const line of text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean)) {
-      const named = /^([A-Za-z0-9-]+)\s*:\s*(.*)$/.exec(line);
-      if (named) headers.set(named[1].toLowerCase(), named[2].trim());
-      else if (/^t=/.test(line)) headers.set("x-webhook-signature", line);
+      const named = /^([A-Za-z0-9-]+)\s*:(.*)$/.exec(line);
+      const [name, value] = named ? [named[1].toLowerCase(), named[2].trim()] : /^t=/.test(line) ? ["x-webhook-signature", line] : [null, null];
+      if (!name) continue;
+      if (headers.has(name)) twice.add(name);
+      headers.set(name, value);
     }
-    return headers;
+    return { get: (name) => headers.get(name), twice: (name) => twice.has(name) };
+  }
+
+  /** The DER of a SubjectPublicKeyInfo around a PKCS#1 RSAPublicKey. */
+  function spkiFromPkcs1(pkcs1) {
+    const length = (n) => (n < 128 ? [n] : n < 256 ? [0x81, n] : [0x82, n >> 8, n & 0xff]);
+    const der = (tag, content) => [tag, ...length(content.length), ...content];
+    const rsaEncryption = [0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00];
+    return Uint8Array.from(der(0x30, [...rsaEncryption, ...der(0x03, [0, ...pkcs1])]));
+  }
+
+  async function rsaKey(pem) {
+    const block = /-----BEGIN (RSA )?PUBLIC KEY-----([\s\S]*?)-----END \1?PUBLIC KEY-----/.exec(pem);
+    const der = block && base64(block[2].replace(/\s+/g, ""));
+    if (!der) throw new Unusable("the key is not a PEM public key");
+    let key;
+    try {
+      key = await crypto.subtle.importKey("spki", block[1] ? spkiFromPkcs1(der) : der, { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" }, false, ["verify"]);
+    } catch {
+      throw new Unusable("the PEM is not an RSA public key");
+    }
+    if (key.algorithm.modulusLength < 2048) throw new Unusable(`the RSA key has ${key.algorithm.modulusLength} bits; the platform's have 2048`);
+    return key;
+  }
+
+  async function verifyPlatform(headers, body, pem) {
+    const header = headers.get("x-webhook-signature");
+    if (header === undefined) return new Refused("no signature header", "no X-Webhook-Signature header was given");
+    if (headers.twice("x-webhook-signature")) return malformed("X-Webhook-Signature is given twice");
+    const ts = [];
+    const signatures = [];
+    for (const part of header.split(",").map((p) => p.trim())) {
+      const at = part.indexOf("=");
+      if (at < 0) return malformed(`the entry "${part}" has no "="`);
+      const [name, value] = [part.slice(0, at).trim(), part.slice(at + 1).trim()];
+      if (name === "t") ts.push(value);
+      if (name !== "v0") continue;
+      const bytes = base64(value);
+      if (!bytes) return malformed("a v0 signature is not base64");
+      signatures.push(bytes);
+    }
+    if (ts.length !== 1 || !/^\d{1,15}$/.test(ts[0])) return malformed("it needs one t=<unix milliseconds>");
+    if (!signatures.length) return malformed("it has no v0= signature");
+    const key = await rsaKey(pem);
+    const digest = await crypto.subtle.digest("SHA-256", utf8(`${ts[0]}.${body}`));
+    for (const signature of signatures) {
+      if (await crypto.subtle.verify("RSASSA-PKCS1-v1_5", key, signature, digest)) {
+        return { scheme: "platform", signedMs: Number(ts[0]), windowMs: PLATFORM_WINDOW_MS };
+      }
+    }
+    return new Refused("no signature matches", `none of ${signatures.length} v0 signature${signatures.length === 1 ? "" : "s"} verifies this body and t with this key`);
+  }
+
+  async function verifyStandard(headers, body, whpk) {
+    const raw = base64(whpk.slice(5));
+    if (!raw || raw.length !== 32) throw new Unusable("a whpk_ key is the base64 of 32 bytes");
+    const header = headers.get("webhook-signature");
+    if (header === undefined) return new Refused("no signature header", "no webhook-signature header was given");
+    const names = ["webhook-id", "webhook-timestamp", "webhook-signature"];
+    const given = names.find((n) => headers.twice(n));
+    if (given) return malformed(`${given} is given twice`);
+    const [id, timestamp] = names.map((n) => headers.get(n));
+    if (!id) return malformed("webhook-id is missing or empty");
+    if (!timestamp || !/^\d{1,15}$/.test(timestamp)) return malformed("webhook-timestamp is not unix seconds");
+    const entries = header.split(/\s+/).filter(Boolean);
+    if (!entries.length) return malformed("webhook-signature is empty");
+    const signatures = [];
+    for (const entry of entries) {
+      const comma = entry.indexOf(",");
+      if (comma < 0) return malformed(`the entry "${entry.slice(0, 12)}…" has no ","`);
+      if (entry.slice(0, comma) !== "v1a") continue;
+      const bytes = base64(entry.slice(comma + 1));
+      if (!bytes) return malformed("a v1a signature is not base64");
+      signatures.push(bytes);
+    }
+    let key;
+    try {
+      key = await crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
+    } catch {
+      throw new Unusable("this browser cannot check Ed25519 signatures");
+    }
+    const signed = utf8(`${id}.${timestamp}.${body}`);
+    for (const signature of signatures) {
+      if (await crypto.subtle.verify({ name: "Ed25519" }, key, signature, signed)) {
+        return { scheme: "standard", signedMs: Number(timestamp) * 1000, windowMs: STANDARD_WINDOW_MS };
+      }
+    }
+    return new Refused("no signature matches", signatures.length
+      ? `none of ${signatures.length} v1a signature${signatures.length === 1 ? "" : "s"} verifies this body, id and timestamp with this key`
+      : "webhook-signature has no v1a entry (v1 is an HMAC, which a public key cannot check)");
+  }
+
+  /** A genuine outcome (`scheme`, `signedMs`, `windowMs`), a `Refused` or an `Unusable`. */
+  async function checkSignature(headersText, body, keyText) {
+    if (!window.crypto || !crypto.subtle) return new Unusable("this page is not in a secure context (HTTPS or localhost), so the browser offers no WebCrypto");
+    const key = keyText.trim();
+    const headers = parseHeaders(headersText);
+    try {
+      if (key.startsWith("whpk_")) return await verifyStandard(headers, body, key);
+      if (key.startsWith("-----BEGIN")) return await verifyPlatform(headers, body, key);
+      return new Unusable("the key is neither a PEM public key (platform scheme) nor a whpk_ key (standard scheme)");
+    } catch (error) {
+      if (error instanceof Unusable) return error;
+      throw error;
+    }
   }
 
   function age(ms) {
     const s = Math.round(Math.abs(ms) / 1000);
     const text = s < 120 ? `${s} s` : s < 7200 ? `${Math.round(s / 60)} min` : s < 172800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} days`;
     return ms < 0 ? `${text} in the future` : `${text} ago`;
-  }
-
-  const notGenuine = (reason) => ({ ok: false, reason });
-
-  async function verifyPlatform(headers, body, pem) {
-    const header = headers.get("x-webhook-signature");
-    if (!header) return notGenuine("no X-Webhook-Signature header was given");
-    let t = null;
-    const signatures = [];
-    for (const part of header.split(",")) {
-      const at = part.indexOf("=");
-      const [name, value] = [part.slice(0, at).trim(), part.slice(at + 1).trim()];
-      if (name === "t") t = value;
-      else if (name === "v0") signatures.push(value);
-    }
-    if (!t || !/^\d+$/.test(t)) return notGenuine("the header has no t=<milliseconds> timestamp");
-    if (!signatures.length) return notGenuine("the header has no v0= signature");
-    const der = /-----BEGIN PUBLIC KEY-----([\s\S]*?)-----END PUBLIC KEY-----/.exec(pem);
-    if (!der) return notGenuine("the key is not a PEM public key (-----BEGIN PUBLIC KEY-----)");
-    let key;
-    try {
-      key = await crypto.subtle.importKey("spki", base64(der[1].replace(/\s+/g, "")), { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256" }, false, ["verify"]);
-    } catch {
-      return notGenuine("the PEM is not an RSA public key");
-    }
-    const digest = await crypto.subtle.digest("SHA-256", utf8(`${t}.${body}`));
-    for (const signature of signatures) {
-      let bytes;
-      try { bytes = base64(signature); } catch { continue; }
-      if (await crypto.subtle.verify("RSASSA-PKCS1-v1_5", key, bytes, digest)) {
-        return { ok: true, ageMs: Date.now() - Number(t), staleAfterMs: 10 * 60 * 1000, signedAt: new Date(Number(t)) };
-      }
-    }
-    return notGenuine(`no v0 signature (of ${signatures.length}) matches this body, timestamp and key`);
-  }
-
-  async function verifyStandard(headers, body, whpk) {
-    const [id, timestamp, header] = ["webhook-id", "webhook-timestamp", "webhook-signature"].map((n) => headers.get(n));
-    if (!id) return notGenuine("no webhook-id header was given");
-    if (!timestamp || !/^\d+$/.test(timestamp)) return notGenuine("no webhook-timestamp header (unix seconds) was given");
-    if (!header) return notGenuine("no webhook-signature header was given");
-    const signatures = header.split(/\s+/).filter((s) => s.startsWith("v1a,")).map((s) => s.slice(4));
-    if (!signatures.length) return notGenuine("webhook-signature has no v1a,<signature> entry");
-    let raw;
-    try { raw = base64(whpk.slice(5)); } catch { return notGenuine("the whpk_ key is not base64"); }
-    if (raw.length !== 32) return notGenuine("a whpk_ key holds 32 bytes");
-    let key;
-    try {
-      key = await crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
-    } catch {
-      return notGenuine("this browser cannot check Ed25519 signatures");
-    }
-    const signed = utf8(`${id}.${timestamp}.${body}`);
-    for (const signature of signatures) {
-      let bytes;
-      try { bytes = base64(signature); } catch { continue; }
-      if (await crypto.subtle.verify({ name: "Ed25519" }, key, bytes, signed)) {
-        return { ok: true, ageMs: Date.now() - Number(timestamp) * 1000, staleAfterMs: 5 * 60 * 1000, signedAt: new Date(Number(timestamp) * 1000) };
-      }
-    }
-    return notGenuine(`no v1a signature (of ${signatures.length}) matches this body, id, timestamp and key`);
-  }
-
-  async function checkSignature(headersText, body, keyText) {
-    if (!window.crypto || !crypto.subtle) return notGenuine("this page is not in a secure context (HTTPS or localhost), so the browser offers no WebCrypto");
-    const key = keyText.trim();
-    const headers = parseHeaders(headersText);
-    if (key.startsWith("whpk_")) return verifyStandard(headers, body, key);
-    if (key.includes("-----BEGIN")) return verifyPlatform(headers, body, key);
-    return notGenuine("the key is neither a PEM public key (platform scheme) nor a whpk_ key (standard scheme)");
   }
 
   function viewChecker() {
@@ -770,17 +825,22 @@
         result.replaceChildren();
         result.className = "result";
         const outcome = await checkSignature(headers.value, body.value, key.value);
-        if (!outcome.ok) {
+        if (outcome instanceof Unusable) {
           result.classList.add("bad");
-          result.append(h("strong", {}, `Not genuine: ${outcome.reason}`));
-          result.scrollIntoView({ block: "nearest" });
-          return;
-        }
-        const stale = outcome.ageMs > outcome.staleAfterMs;
-        result.classList.add(stale ? "warn" : "ok");
-        result.append(h("strong", {}, "Genuine"), h("p", {}, "Signed ", when(outcome.signedAt.toISOString()), ` (${age(outcome.ageMs)}).`));
-        if (stale) {
-          result.append(h("p", { class: "stale" }, `Stale: signed more than ${outcome.staleAfterMs / 60000} minutes ago; a receiver should refuse it as a possible replay.`));
+          result.append(h("strong", {}, `Cannot check: ${outcome.detail}`));
+        } else if (outcome instanceof Refused) {
+          result.classList.add("bad");
+          result.append(h("strong", {}, `Not genuine: ${outcome.reason}`), h("p", {}, `${outcome.detail}.`));
+        } else {
+          const ageMs = Date.now() - outcome.signedMs;
+          const stale = Math.abs(ageMs) > outcome.windowMs;
+          result.classList.add(stale ? "warn" : "ok");
+          const signed = new Date(outcome.signedMs);
+          result.append(h("strong", {}, `Genuine: ${outcome.scheme} signature`),
+            h("p", {}, "Signed ", Number.isNaN(signed.getTime()) ? "at no possible time" : when(signed.toISOString()), ` (${age(ageMs)}).`));
+          if (stale) {
+            result.append(h("p", { class: "stale" }, `Stale timestamp: more than ${outcome.windowMs / 60000} minutes from now, so a receiver refuses it as a possible replay.`));
+          }
         }
         result.scrollIntoView({ block: "nearest" });
       });

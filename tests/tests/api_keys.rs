@@ -88,6 +88,15 @@ async fn creating_a_key_returns_the_plaintext_once() {
     assert!(!leaks_a_key(list.expect(200)), "{}", list.text());
     assert!(!whoami.text().contains(&plaintext));
 
+    // A key the dashboard makes is of type Public.
+    let request = api
+        .request(reqwest::Method::POST, "/api_keys", &admin)
+        .header("Idempotency-Key", "from-the-dashboard")
+        .header("Webhooks-Client", "dashboard")
+        .json(&json!({ "name": "made in the dashboard" }));
+    let made = api.send(request).await;
+    assert_eq!(made.expect(201)["type"], "Public", "{}", made.text());
+
     api.shutdown().await.unwrap();
 }
 

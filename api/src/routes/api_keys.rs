@@ -108,6 +108,9 @@ impl std::fmt::Debug for CreatedApiKey {
     }
 }
 
+/// The header by which the dashboard names itself.
+pub const CLIENT_HEADER: &str = "Webhooks-Client";
+
 /// The calling key.
 ///
 /// Any valid key may call it, whatever its scopes.
@@ -121,10 +124,13 @@ pub async fn whoami(caller: Caller) -> axum::Json<ApiKey> {
 ///
 /// Needs `api_keys:write`. A scoped key may only create keys with scopes it
 /// holds. The plaintext `key` appears in this answer only: an idempotent
-/// replay answers the same status and body without it.
+/// replay answers the same status and body without it. The key is of `type:
+/// Private`, or `Public` when the request carries `Webhooks-Client:
+/// dashboard` (the dashboard's keys); the type is a label and grants
+/// nothing.
 #[utoipa::path(post, path = "/v0/api_keys", tag = "api_keys", operation_id = "createApiKey",
     request_body(content = CreateApiKey, description = "May be empty: an unrestricted key without a name"),
-    params(IdempotencyKey),
+    params(IdempotencyKey, ("Webhooks-Client" = Option<String>, Header, description = "`dashboard`: the key is made by the dashboard and is of `type: Public`")),
     responses(
         (status = 201, description = "The key was created; `key` is its plaintext, shown this once", body = CreatedApiKey,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer, which has no `key`"))),
@@ -134,6 +140,7 @@ pub async fn whoami(caller: Caller) -> axum::Json<ApiKey> {
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     Json(body): Json<CreateApiKey>,
 ) -> ApiResult<Response> {
     caller.require(Scope::ApiKeysWrite)?;
@@ -154,11 +161,12 @@ pub async fn create(
     {
         return Err(ApiError::Forbidden(broader.as_str()));
     }
+    let from_dashboard = headers.get(CLIENT_HEADER).is_some_and(|client| client.as_bytes() == b"dashboard");
     let issued = keys::issue(
         &state.store,
         state.config.common.platform_environment,
         caller.developer_id(),
-        ApiKeyType::Private,
+        if from_dashboard { ApiKeyType::Public } else { ApiKeyType::Private },
         &scopes,
         name,
     )
