@@ -95,7 +95,7 @@ struct SendArgs {
     internal_url: String,
     /// The service's `INTERNAL_TOKEN`, when it runs with one.
     #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
-    internal_token: Option<String>,
+    internal_token: Option<shared::config::Secret>,
     /// Sent as `Idempotency-Key`: a repeat answers the event it made.
     #[arg(long)]
     idempotency_key: Option<String>,
@@ -248,7 +248,7 @@ pub async fn main() -> anyhow::Result<()> {
             let body = crate::operator::read_body(&args.file)?;
             let target = crate::operator::SendTarget {
                 internal_url: &args.internal_url,
-                token: args.internal_token.as_deref(),
+                token: args.internal_token.as_ref().map(shared::config::Secret::expose),
                 idempotency_key: args.idempotency_key.as_deref(),
             };
             let event = crate::operator::send_event(&target, body).await?;

@@ -11,13 +11,22 @@ use shared::{config::CommonConfig, model::DeliveryLog, store::EndpointRecord, tl
 use uuid::Uuid;
 
 /// Where `events send` posts: the internal listener of a running service.
-#[derive(Debug)]
 pub struct SendTarget<'a> {
     /// `http://HOST:PORT` of the internal listener.
     pub internal_url: &'a str,
     /// `INTERNAL_TOKEN`, when the service runs with one.
     pub token: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
+}
+
+impl std::fmt::Debug for SendTarget<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendTarget")
+            .field("internal_url", &self.internal_url)
+            .field("token", &self.token.map(|_| "***"))
+            .field("idempotency_key", &self.idempotency_key)
+            .finish()
+    }
 }
 
 /// Reads an ingest body from `source` (a file, or `-` for stdin).

@@ -80,7 +80,10 @@ pub async fn open_for_command(common: &crate::config::CommonConfig) -> anyhow::R
     let default_dir = std::path::Path::new(crate::config::DEFAULT_DATA_DIR);
     match (&common.database_url, &common.data_dir) {
         (None, Some(data_dir)) => Ok(Store::Sqlite(SqliteStore::open(data_dir).await?)),
-        (None, None) if default_dir.is_dir() => Ok(Store::Sqlite(SqliteStore::open(default_dir).await?)),
+        (None, None) if default_dir.is_dir() => {
+            tracing::info!(data_dir = %default_dir.display(), "working on the standalone store found here");
+            Ok(Store::Sqlite(SqliteStore::open(default_dir).await?))
+        }
         _ => connect(common).await,
     }
 }

@@ -82,6 +82,26 @@ async fn deliver(api: &TestApi, key: &DeveloperKey, receiver: &Receiver, n: usiz
     receiver.requests().into_iter().find(|r| r.header("x-webhook-id") == Some(id.as_str())).unwrap()
 }
 
+/// The first delivery from event `n` on whose headers satisfy `ready`: a key
+/// change reaches the dispatchers with its lifecycle message, within
+/// milliseconds of the API's answer.
+async fn deliver_when(
+    api: &TestApi,
+    key: &DeveloperKey,
+    receiver: &Receiver,
+    n: usize,
+    ready: impl Fn(&RecordedRequest) -> bool,
+) -> RecordedRequest {
+    for k in 0..20 {
+        let request = deliver(api, key, receiver, n + k).await;
+        if ready(&request) {
+            return request;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no delivery as expected within 20 events");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_kit_verifies_real_deliveries_in_both_schemes_and_through_a_rotation() {
     let commands = tokio::task::spawn_blocking(kit_commands).await.unwrap();
@@ -97,7 +117,8 @@ async fn every_kit_verifies_real_deliveries_in_both_schemes_and_through_a_rotati
 
     let rotated =
         api.post(&format!("/webhooks/{}/rotate_key", id(&platform)), &key, &json!({})).await.expect(200).clone();
-    let request = deliver(&api, &key, &receiver, 1).await;
+    let two = |r: &RecordedRequest| r.header("x-webhook-signature").is_some_and(|h| h.matches(",v0=").count() == 2);
+    let request = deliver_when(&api, &key, &receiver, 10, two).await;
     every_kit_agrees(&commands, &request, &[&pem(&platform), &pem(&rotated)], "platform");
 
     // To the standard scheme: during the overlap both header sets are sent,
@@ -108,7 +129,7 @@ async fn every_kit_verifies_real_deliveries_in_both_schemes_and_through_a_rotati
         .expect(200)
         .clone();
     let whpk = switched["public_key"].as_str().unwrap().to_owned();
-    let request = deliver(&api, &key, &receiver, 2).await;
+    let request = deliver_when(&api, &key, &receiver, 40, |r| r.header("webhook-signature").is_some()).await;
     every_kit_agrees(&commands, &request, &[&whpk], "standard");
     every_kit_agrees(&commands, &request, &[&pem(&rotated)], "platform");
 

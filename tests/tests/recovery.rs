@@ -41,6 +41,8 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
     }
     set_status(&api, &key, &webhook, "disabled").await;
     let missed = ingest(&api, key.developer_id(), "transfer", 3).await;
+    // `until` is `later`'s time as shown, in milliseconds: keep them apart.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let later = ingest(&api, key.developer_id(), "transfer", 4).await;
     wait_upcoming(&api, &key, &webhook, &event_id(&later), true).await;
     let requests = receiver.count();

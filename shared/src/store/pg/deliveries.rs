@@ -86,8 +86,15 @@ impl PgStore {
         .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
-        record_health(&mut tx, &health).await?;
         tx.commit().await?;
+        // Health is written after the commit, one endpoint per statement:
+        // each statement locks one health row, so concurrent dispatchers
+        // never wait on each other in a cycle, and a healthy endpoint's row
+        // is not locked at all (see `record_health`). A failure here loses
+        // a health update, never a delivery outcome.
+        if let Err(error) = self.record_health(&health).await {
+            tracing::warn!(%error, "could not update endpoint health");
+        }
         Ok(())
     }
 
@@ -185,49 +192,62 @@ impl PgStore {
     }
 }
 
-/// Writes a batch's health changes (see `store/health.rs`): successes first,
-/// then the failures after them.
-async fn record_health(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: &[HealthChange]) -> StoreResult<()> {
-    let successes: Vec<(&str, DateTime<Utc>)> =
-        changes.iter().filter_map(|c| c.succeeded_at.map(|at| (c.endpoint_id.as_str(), at))).collect();
-    if !successes.is_empty() {
-        sqlx::query(
-            "INSERT INTO endpoint_health AS h (endpoint_id, last_success_at)
-             SELECT * FROM unnest($1::text[], $2::timestamptz[])
-             ON CONFLICT (endpoint_id) DO UPDATE
-                SET last_success_at = GREATEST(h.last_success_at, excluded.last_success_at),
-                    failing_since = NULL, failing_days = 0, last_failure_day = NULL
-              WHERE (h.failing_since IS NOT NULL AND h.failing_since <= excluded.last_success_at)
-                 OR (h.failing_since IS NULL AND (h.last_success_at IS NULL
-                     OR h.last_success_at < excluded.last_success_at - make_interval(secs => $3)))",
-        )
-        .bind(successes.iter().map(|s| s.0).collect::<Vec<_>>())
-        .bind(successes.iter().map(|s| s.1).collect::<Vec<_>>())
-        .bind(SUCCESS_PRECISION_SECONDS)
-        .execute(&mut **tx)
-        .await?;
+impl PgStore {
+    /// Writes a batch's health changes (see `store/health.rs`), each endpoint
+    /// in its own statement: its success first, then the failures after it.
+    async fn record_health(&self, changes: &[HealthChange]) -> StoreResult<()> {
+        for change in changes {
+            if let Some(at) = change.succeeded_at {
+                // The row is locked only when it changes: a success that
+                // ends a streak, or one a second after the last written.
+                sqlx::query(
+                    "WITH created AS (
+                         INSERT INTO endpoint_health (endpoint_id, last_success_at) VALUES ($1, $2)
+                         ON CONFLICT (endpoint_id) DO NOTHING RETURNING 1)
+                     UPDATE endpoint_health h
+                        SET last_success_at = GREATEST(h.last_success_at, $2),
+                            failing_since = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= $2
+                                                 THEN NULL ELSE h.failing_since END,
+                            failing_days = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= $2
+                                                THEN 0 ELSE h.failing_days END
+                      WHERE h.endpoint_id = $1 AND NOT EXISTS (SELECT 1 FROM created)
+                        AND ((h.failing_since IS NOT NULL AND (h.last_failure_at IS NULL OR h.last_failure_at <= $2))
+                             OR h.last_success_at IS NULL
+                             OR h.last_success_at < $2 - make_interval(secs => $3))",
+                )
+                .bind(&change.endpoint_id)
+                .bind(at)
+                .bind(SUCCESS_PRECISION_SECONDS)
+                .execute(&self.pool)
+                .await?;
+            }
+            if let Some(failures) = change.failures {
+                write_failures(&self.pool, &change.endpoint_id, failures).await?;
+            }
+        }
+        Ok(())
     }
-    let failures: Vec<(&str, Failures)> =
-        changes.iter().filter_map(|c| c.failures.map(|f| (c.endpoint_id.as_str(), f))).collect();
-    if !failures.is_empty() {
-        sqlx::query(
-            "INSERT INTO endpoint_health AS h (endpoint_id, failing_since, last_failure_at, failing_days, last_failure_day)
-             SELECT e, f, l, 1 + (dl > df)::int, dl
-               FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::int4[], $5::int4[]) AS u(e, f, l, df, dl)
-             ON CONFLICT (endpoint_id) DO UPDATE
-                SET last_failure_at = GREATEST(h.last_failure_at, excluded.last_failure_at),
-                    failing_since = coalesce(h.failing_since, excluded.failing_since),
-                    failing_days = CASE WHEN h.failing_since IS NULL THEN excluded.failing_days
-                                        ELSE h.failing_days + (excluded.last_failure_day > h.last_failure_day)::int END,
-                    last_failure_day = GREATEST(h.last_failure_day, excluded.last_failure_day)",
-        )
-        .bind(failures.iter().map(|f| f.0).collect::<Vec<_>>())
-        .bind(failures.iter().map(|f| f.1.first_at).collect::<Vec<_>>())
-        .bind(failures.iter().map(|f| f.1.last_at).collect::<Vec<_>>())
-        .bind(failures.iter().map(|f| day(f.1.first_at)).collect::<Vec<_>>())
-        .bind(failures.iter().map(|f| day(f.1.last_at)).collect::<Vec<_>>())
-        .execute(&mut **tx)
-        .await?;
-    }
+}
+
+/// Starts or continues an endpoint's failing streak.
+async fn write_failures(pool: &sqlx::PgPool, endpoint_id: &str, failures: Failures) -> StoreResult<()> {
+    let (first_day, last_day) = (day(failures.first_at), day(failures.last_at));
+    sqlx::query(
+        "INSERT INTO endpoint_health AS h (endpoint_id, failing_since, last_failure_at, failing_days, last_failure_day)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (endpoint_id) DO UPDATE
+            SET last_failure_at = GREATEST(h.last_failure_at, excluded.last_failure_at),
+                failing_since = coalesce(h.failing_since, excluded.failing_since),
+                failing_days = CASE WHEN h.failing_since IS NULL THEN excluded.failing_days
+                                    ELSE h.failing_days + (excluded.last_failure_day > h.last_failure_day)::int END,
+                last_failure_day = GREATEST(h.last_failure_day, excluded.last_failure_day)",
+    )
+    .bind(endpoint_id)
+    .bind(failures.first_at)
+    .bind(failures.last_at)
+    .bind(1 + i32::from(last_day > first_day))
+    .bind(last_day)
+    .execute(pool)
+    .await?;
     Ok(())
 }

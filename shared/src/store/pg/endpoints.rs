@@ -339,9 +339,12 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         let rows: Vec<Row> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
-              WHERE status = 'active' AND id IN (
-                    SELECT endpoint_id FROM endpoint_health
-                     WHERE failing_since <= $1 - make_interval(secs => $2) AND failing_days >= {FAILING_DAYS})
+               FROM endpoint_health h
+              WHERE h.endpoint_id = endpoints.id AND endpoints.status = 'active'
+                AND h.failing_since <= $1 - make_interval(secs => $2) AND h.failing_days >= {FAILING_DAYS}
+                -- Not changed since the streak began: an activation racing
+                -- this statement (which resets the streak) wins.
+                AND endpoints.updated_at < h.failing_since
               RETURNING {COLUMNS}"
         ))
         .bind(now)
@@ -365,7 +368,7 @@ impl PgStore {
         Ok(sqlx::query(
             "UPDATE endpoints SET previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
                     previous_key_expires_at = NULL
-              WHERE previous_key_expires_at <= $1",
+              WHERE previous_key_expires_at <= $1 OR (status = 'deleted' AND previous_key_expires_at IS NOT NULL)",
         )
         .bind(now)
         .execute(&self.pool)

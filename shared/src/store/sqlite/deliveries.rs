@@ -164,10 +164,14 @@ async fn record_health(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[
                 "INSERT INTO endpoint_health AS h (endpoint_id, last_success_at) VALUES ($1, $2)
                  ON CONFLICT (endpoint_id) DO UPDATE
                     SET last_success_at = max(coalesce(h.last_success_at, 0), excluded.last_success_at),
-                        failing_since = NULL, failing_days = 0, last_failure_day = NULL
-                  WHERE (h.failing_since IS NOT NULL AND h.failing_since <= excluded.last_success_at)
-                     OR (h.failing_since IS NULL AND (h.last_success_at IS NULL
-                         OR h.last_success_at < excluded.last_success_at - $3))",
+                        failing_since = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= excluded.last_success_at
+                                             THEN NULL ELSE h.failing_since END,
+                        failing_days = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= excluded.last_success_at
+                                            THEN 0 ELSE h.failing_days END
+                  WHERE (h.failing_since IS NOT NULL
+                         AND (h.last_failure_at IS NULL OR h.last_failure_at <= excluded.last_success_at))
+                     OR h.last_success_at IS NULL
+                     OR h.last_success_at < excluded.last_success_at - $3",
             )
             .bind(&change.endpoint_id)
             .bind(micros(at))

@@ -340,8 +340,10 @@ impl SqliteStore {
         let rows: Vec<Row> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
               WHERE status = 'active' AND id IN (
-                    SELECT endpoint_id FROM endpoint_health
-                     WHERE failing_since <= $2 AND failing_days >= {FAILING_DAYS})
+                    SELECT h.endpoint_id FROM endpoint_health h
+                     WHERE h.failing_since <= $2 AND h.failing_days >= {FAILING_DAYS}
+                       -- Not changed since the streak began (as on PostgreSQL).
+                       AND endpoints.updated_at < h.failing_since)
               RETURNING {COLUMNS}"
         ))
         .bind(micros(now))
@@ -367,7 +369,7 @@ impl SqliteStore {
         let purged = sqlx::query(
             "UPDATE endpoints SET previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
                     previous_key_expires_at = NULL
-              WHERE previous_key_expires_at <= $1",
+              WHERE previous_key_expires_at <= $1 OR (status = 'deleted' AND previous_key_expires_at IS NOT NULL)",
         )
         .bind(micros(now))
         .execute(&mut *tx)

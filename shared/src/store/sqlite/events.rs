@@ -347,8 +347,11 @@ const SCANNED: &str = "
        AND ($7 OR e.created_at >= $8)
      ORDER BY e.sequence LIMIT $9";
 
-/// Of those, the ones whose delivery is failed, held or was never made.
+/// Of those, the ones whose delivery failed or is upcoming: held, or never
+/// made for an event from before a `beginning_of_time` endpoint (as
+/// `upcoming_events` lists them). An event that never had a delivery for
+/// other reasons (its category was added later) was never upcoming.
 const WANTED: &str = "
     SELECT s.id, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
-     WHERE d.id IS NULL OR d.state IN ('failed', 'held')";
+     WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
