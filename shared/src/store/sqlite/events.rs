@@ -283,8 +283,12 @@ impl SqliteStore {
     ) -> StoreResult<RecoveryBatch> {
         let mut tx = self.begin().await?;
         let now = micros(crate::time::now());
-        let wanted: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT id, created_at FROM wanted"
+        // The window's next events, each marked whether it is to be queued;
+        // the last one's sequence is where the next batch starts.
+        let scanned: Vec<(String, i64, i64, bool)> = sqlx::query_as(&format!(
+            "WITH scanned AS ({SCANNED})
+             SELECT s.id, s.created_at, s.sequence, s.id IN (SELECT id FROM ({WANTED})) FROM scanned s
+              ORDER BY s.sequence"
         ))
         .bind(endpoint.developer_id.hyphenated())
         .bind(&endpoint.id)
@@ -297,19 +301,8 @@ impl SqliteStore {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let last_sequence: Option<i64> =
-            sqlx::query_scalar(&format!("WITH scanned AS ({SCANNED}) SELECT max(sequence) FROM scanned"))
-                .bind(endpoint.developer_id.hyphenated())
-                .bind(&endpoint.id)
-                .bind(micros(window.since))
-                .bind(micros(window.until))
-                .bind(after)
-                .bind(json_list(category_names(&endpoint.event_categories)))
-                .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
-                .bind(micros(endpoint.created_at))
-                .bind(limit)
-                .fetch_one(&mut *tx)
-                .await?;
+        let last_sequence = scanned.last().map(|row| row.2);
+        let wanted = scanned.into_iter().filter(|row| row.3).map(|(id, created_at, _, _)| (id, created_at));
         let mut queued = 0;
         for (event_id, created_at) in wanted {
             // As `send`: a new generation, one forced attempt.
