@@ -49,8 +49,23 @@ pub async fn connect(common: &crate::config::CommonConfig) -> anyhow::Result<Sto
         .notify(|error, delay| tracing::warn!(%error, ?delay, "database not ready; retrying"))
         .await
         .map_err(|error| unreachable(url, error))?;
+    warn_without_autovacuum(&pool).await;
     let topology = crate::broker::Topology::new(&common.queue_prefix, &common.retry_schedule);
     Ok(Store::Postgres(PgStore::new(pool, &topology)))
+}
+
+/// Warns when the server runs without autovacuum: the outbox and the
+/// deliveries table churn constantly, and without vacuuming their scans slow
+/// down as dead rows pile up (throughput falls over hours).
+async fn warn_without_autovacuum(pool: &PgPool) {
+    if let Ok(setting) = sqlx::query_scalar::<_, String>("SHOW autovacuum").fetch_one(pool).await
+        && setting == "off"
+    {
+        tracing::warn!(
+            "PostgreSQL runs with autovacuum off: the outbox and deliveries tables will slow down as dead rows \
+             pile up; turn it on (ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();)"
+        );
+    }
 }
 
 /// The error of a database that cannot be used: where it was looked for and
