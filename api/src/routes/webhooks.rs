@@ -393,7 +393,7 @@ const RECOVERY_BATCH: i64 = 500;
     responses(
         (status = 202, description = "The deliveries are being queued", body = Recovering,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
-        (status = 400, description = "`invalid`/`required` body field (`since` after `until`, or not a time), or `Idempotency-Key` missing or malformed", body = ErrorBody),
+        (status = 400, description = "`invalid`/`required` body field (not a time), or `Idempotency-Key` missing or malformed; a window that ends before it starts is empty (`queued: 0`)", body = ErrorBody),
         (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
         (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
     ))]
@@ -405,10 +405,9 @@ pub async fn recover(
 ) -> ApiResult<(StatusCode, axum::Json<Recovering>)> {
     caller.require(Scope::WebhooksWrite)?;
     let endpoint = find(&state, &caller, &id).await?;
+    // A window that ends before it starts (or starts in the future) is
+    // empty: nothing to queue.
     let until = body.until.unwrap_or_else(shared::time::now);
-    if body.since > until {
-        return Err(ApiError::invalid(Location::Body, "since", "since must not be after until"));
-    }
     let window = RecoveryWindow { since: body.since, until };
     let queued = state.store.recoverable(&endpoint, window).await?;
     tracing::info!(endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");
