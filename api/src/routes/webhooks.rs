@@ -272,11 +272,17 @@ pub async fn update(
         _ => None,
     };
     let update = EndpointUpdate { url, status, event_categories: body.event_categories, new_key };
+    Ok(axum::Json(apply(&state, &caller, &id, update).await?.to_webhook()))
+}
+
+/// Applies `update` to the caller's endpoint `id` and wakes the relay for
+/// the changes it recorded: what a PUT and a rotation share.
+async fn apply(state: &AppState, caller: &Caller, id: &str, update: EndpointUpdate) -> ApiResult<EndpointRecord> {
     let by = EndpointChange::by_key(caller.key.id);
-    match state.store.update_endpoint(caller.developer_id(), &id, update, by).await? {
+    match state.store.update_endpoint(caller.developer_id(), id, update, by).await? {
         UpdateOutcome::Updated(record) => {
             state.relay_wake.notify_one();
-            Ok(axum::Json(record.to_webhook()))
+            Ok(*record)
         }
         UpdateOutcome::NotFound => Err(ApiError::NotFound),
         UpdateOutcome::UrlChangeWhileActive => Err(url_change_while_active()),
@@ -340,16 +346,9 @@ pub async fn rotate_key(
     let current = find(&state, &caller, &id).await?;
     let new_key = Some(replacement(&state, current.signature_scheme, &current.id).await?);
     let update = EndpointUpdate { new_key, ..EndpointUpdate::default() };
-    let by = EndpointChange::by_key(caller.key.id);
-    match state.store.update_endpoint(caller.developer_id(), &id, update, by).await? {
-        UpdateOutcome::Updated(record) => {
-            state.relay_wake.notify_one();
-            tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint key rotated");
-            Ok(axum::Json(record.to_webhook()))
-        }
-        UpdateOutcome::NotFound => Err(ApiError::NotFound),
-        UpdateOutcome::UrlChangeWhileActive => Err(url_change_while_active()),
-    }
+    let record = apply(&state, &caller, &id, update).await?;
+    tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint key rotated");
+    Ok(axum::Json(record.to_webhook()))
 }
 
 /// Body of `POST /v0/webhooks/{id}/recover`.
