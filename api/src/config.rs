@@ -64,6 +64,19 @@ pub struct Config {
     #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 200)]
     pub rate_limit_burst: u32,
 
+    /// Events per second per developer whose deliveries wait in the default
+    /// work queue; beyond it (and beyond `FAIR_SHARE_BURST`) they wait in the
+    /// bulk queue, which may take at most three quarters of a dispatcher, so
+    /// one developer's backlog never delays the others. 0 sends everything to
+    /// the default queue.
+    #[arg(long, env = "FAIR_SHARE_PER_SECOND", default_value_t = 100)]
+    pub fair_share_per_second: u32,
+
+    /// Events a developer may send at once above the fair share and still
+    /// have them in the default queue.
+    #[arg(long, env = "FAIR_SHARE_BURST", default_value_t = 200)]
+    pub fair_share_burst: u32,
+
     /// How long events, their deliveries and delivery logs are kept; older
     /// ones are deleted in small batches (see [`Config::retention`]). `0`
     /// keeps everything.

@@ -15,7 +15,7 @@ use lapin::{
 };
 use serde::Serialize;
 use shared::{
-    broker::{self, Envelope, Message, Topology},
+    broker::{self, Envelope, Lane, Message, Topology},
     config::CommonConfig,
 };
 
@@ -166,11 +166,13 @@ pub async fn replay(
         };
         delivery.parks = 0;
         delivery.failures = 0;
+        // A backlog by nature: it waits in the bulk lane.
+        delivery.lane = Lane::Bulk;
         let payload = Envelope::new(Message::Delivery(delivery)).to_bytes();
         let confirmation = publisher
             .basic_publish(
                 "".into(),
-                topology.deliveries().as_str().into(),
+                topology.work_queue(Lane::Bulk).as_str().into(),
                 BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
                 &payload,
                 broker::persistent_json(),

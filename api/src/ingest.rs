@@ -14,6 +14,7 @@ use axum::{
 };
 use serde::Deserialize;
 use shared::{
+    broker::Lane,
     ids,
     model::{Category, Event},
     store::{NewEvent, StoreError, StoredResponse},
@@ -192,6 +193,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         request_hash,
         body_head,
         body_tail,
+        lane: state.fair_share.as_ref().map_or(Lane::Default, |share| share.lane(event.event_developer_id)),
     };
     let outcome = match state.store.ingest_event(&new).await {
         Ok(outcome) => outcome,

@@ -193,6 +193,7 @@ async fn serve(
         broker_up,
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
+        fair_share: rate_limit::RateLimit::new(config.fair_share_per_second, config.fair_share_burst).map(Arc::new),
         tasks: tasks.clone(),
         stopping: background.clone(),
     };

@@ -4,7 +4,9 @@
 //! A generic cell rate limiter (governor) keyed by developer id: every key of
 //! a developer draws on one allowance of `RATE_LIMIT_PER_SECOND` with bursts of
 //! `RATE_LIMIT_BURST`. The state lives in this process, so each API instance
-//! enforces the limit on what it serves.
+//! enforces the limit on what it serves. The same allowance, of
+//! `FAIR_SHARE_PER_SECOND` events, picks the work queue of each event's
+//! deliveries ([`RateLimit::lane`]).
 
 use std::{
     num::NonZeroU32,
@@ -46,6 +48,17 @@ impl RateLimit {
             let wait = not_until.wait_time_from(self.limiter.clock().now());
             Duration::from_secs(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(Duration::from_secs(1))
         })
+    }
+}
+
+impl RateLimit {
+    /// The lane of an event of `developer`, as a fair share: `default`
+    /// within the allowance, `bulk` beyond it.
+    pub fn lane(&self, developer: Uuid) -> shared::broker::Lane {
+        match self.check(developer) {
+            Ok(()) => shared::broker::Lane::Default,
+            Err(_) => shared::broker::Lane::Bulk,
+        }
     }
 }
 

@@ -26,6 +26,9 @@ pub struct AppState {
     pub delivery_metrics: Option<Arc<dispatcher::metrics::Metrics>>,
     /// The per-developer request limit, unless switched off.
     pub rate_limit: Option<Arc<RateLimit>>,
+    /// Each developer's fair share of the default work queue, unless
+    /// switched off.
+    pub fair_share: Option<Arc<RateLimit>>,
     /// Work a request starts and does not wait for (a recovery's batches):
     /// the process waits for it at shutdown, and `stopping` tells it to end.
     pub tasks: tokio_util::task::TaskTracker,

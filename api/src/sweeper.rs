@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use lapin::options::QueueDeclareOptions;
 use shared::{
-    broker::{self, Topology},
+    broker::{self, Lane, Topology},
     store::pg::{PgStore, Swept},
 };
 use tokio::sync::Notify;
@@ -61,20 +61,31 @@ impl Sweeper {
         }
     }
 
-    /// Messages ready in `{p}.deliveries`. A backlog there may hold the
-    /// deliveries that look stranded, so a round sweeps only when it is empty.
+    /// Messages ready in the two work queues. A backlog there may hold the
+    /// deliveries that look stranded, so a round sweeps only when both are
+    /// empty.
     async fn work_queue_depth(&self) -> anyhow::Result<u32> {
         let connection = broker::connect(&self.amqp_url, "webhooks-api sweeper").await?;
         let channel = connection.create_channel().await?;
-        let queue = channel
-            .queue_declare(
-                self.topology.deliveries().as_str().into(),
-                QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
-                Default::default(),
-            )
-            .await;
+        let mut depth = 0;
+        for lane in [Lane::Default, Lane::Bulk] {
+            let queue = channel
+                .queue_declare(
+                    self.topology.work_queue(lane).as_str().into(),
+                    QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                    Default::default(),
+                )
+                .await;
+            match queue {
+                Ok(queue) => depth += queue.message_count(),
+                Err(error) => {
+                    let _ = connection.close(200, "bye".into()).await;
+                    return Err(error.into());
+                }
+            }
+        }
         let _ = connection.close(200, "bye".into()).await;
-        Ok(queue?.message_count())
+        Ok(depth)
     }
 
     async fn round(&self) {
@@ -102,6 +113,16 @@ impl Sweeper {
         }
         if total.failed > 0 {
             tracing::error!(failed = total.failed, "deliveries queued again {SWEEP_LIMIT} times in vain; failed");
+        }
+        // Turns of ordered endpoints that no settling handed on (a delivery
+        // failed above, or cancelled by narrowed categories).
+        match self.store.release_stalled_turns(BATCH).await {
+            Ok(0) => {}
+            Ok(released) => {
+                self.relay_wake.notify_one();
+                tracing::info!(released, "waiting deliveries of ordered endpoints released");
+            }
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "cannot release waiting deliveries"),
         }
     }
 }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use shared::{
     endpoint_signer::{EndpointSigner, KeySigner},
     keys::KeyCipher,
-    model::EndpointStatus,
+    model::{DeliveryOrder, EndpointStatus},
     store::Store,
 };
 use url::Url;
@@ -24,6 +24,10 @@ pub struct Endpoint {
     pub status: EndpointStatus,
     pub url: Url,
     pub signer: EndpointSigner,
+    /// Its pace: at most this many attempts per second, across dispatchers.
+    pub rate_limit_per_second: Option<u32>,
+    /// Its deliveries go one at a time, in `event_sequence` order.
+    pub ordered: bool,
     loaded_at: Instant,
 }
 
@@ -84,8 +88,15 @@ impl EndpointCache {
         };
         let signer = EndpointSigner::new(current, previous);
         let url = Url::parse(&record.url).context("stored url")?;
-        let endpoint =
-            Arc::new(Endpoint { id: record.id, status: record.status, url, signer, loaded_at: Instant::now() });
+        let endpoint = Arc::new(Endpoint {
+            id: record.id,
+            status: record.status,
+            url,
+            signer,
+            rate_limit_per_second: record.rate_limit_per_second,
+            ordered: record.ordering == DeliveryOrder::Ordered,
+            loaded_at: Instant::now(),
+        });
         self.insert_unless_overtaken(epoch, endpoint.clone());
         Ok(Some(endpoint))
     }
@@ -149,6 +160,8 @@ mod tests {
         let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
         let new = NewEndpoint {
             signature_scheme: shared::model::SignatureScheme::Platform,
+            rate_limit_per_second: None,
+            ordering: shared::model::DeliveryOrder::None,
             id: id.clone(),
             developer_id,
             url: "https://receiver.example/hook".into(),

@@ -83,6 +83,7 @@ pub fn after_attempt(
                 force: false,
                 parks: 0,
                 failures: 0,
+                pace_ticket: None,
                 ..message.clone()
             },
         },
@@ -115,6 +116,8 @@ mod tests {
             generation: Some(2),
             parks: 0,
             failures: 0,
+            pace_ticket: None,
+            lane: Default::default(),
             body: "{}".into(),
             event_created_at: chrono::DateTime::from_timestamp(0, 0).unwrap(),
         }

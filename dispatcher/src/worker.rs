@@ -16,14 +16,14 @@ use shared::{
     broker::{DeliveryMessage, PARK_LIMIT},
     config::CommonConfig,
     model::DeliveryLog,
-    store::{AttemptRecord, DeliveryState, RetryStanding, Store},
+    store::{AttemptRecord, DeliveryState, RetryStanding, Store, Turn},
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::{
-    cache::EndpointCache,
+    cache::{Endpoint, EndpointCache},
     config::DeliveryConfig,
     decide::{self, After, Before},
     deliver,
@@ -147,8 +147,14 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             };
             match (decide::before_attempt(fresh.as_ref().map(|e| e.status), message.force), fresh) {
                 (Before::Send, Some(endpoint)) => endpoint,
-                (Before::Hold, _) => {
-                    return finish(context, ticket, &message, record(&message, DeliveryState::Held), "held").await;
+                (Before::Hold, endpoint) => {
+                    // Held settles the turn of an ordered endpoint: the next
+                    // delivery comes, and is held in its turn too.
+                    let held = AttemptRecord {
+                        ordered: endpoint.is_some_and(|e| e.ordered),
+                        ..record(&message, DeliveryState::Held)
+                    };
+                    return finish(context, ticket, &message, held, "held").await;
                 }
                 (_, _) => {
                     let cancelled = record(&message, DeliveryState::Cancelled);
@@ -157,6 +163,32 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             }
         }
     };
+
+    // An ordered endpoint's delivery goes in its turn only; one forced by
+    // `send` goes at once.
+    if endpoint.ordered && !message.force {
+        match context.store.take_turn(message.delivery_id, message.generation, &endpoint.id).await {
+            Ok(Turn::Go) => {}
+            Ok(Turn::Wait) => {
+                tracing::debug!("an earlier delivery is unsettled; waiting for the turn");
+                context.metrics.outcome("waiting");
+                return ticket.done();
+            }
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "cannot take the turn");
+                return park(context, ticket, &message, "cannot take the turn").await;
+            }
+        }
+    }
+
+    match pace(context, &endpoint, &message).await {
+        Ok(None) => {}
+        Ok(Some((booked, wait))) => return ticket.defer(context, &booked, wait, "paced").await,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "cannot book the pace");
+            return park(context, ticket, &message, "cannot book the pace").await;
+        }
+    }
 
     let Some(_slot) = context.endpoint_slot(&endpoint.id).await else {
         return defer(context, ticket, &message, "deferred").await;
@@ -179,6 +211,15 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
+    if endpoint.rate_limit_per_second.is_some() && matches!(attempt.status, Some(429 | 503)) {
+        let paused_until = attempt
+            .retry_after
+            .and_then(|wait| chrono::Duration::from_std(wait.min(context.delivery.max_retry_after)).ok())
+            .map(|wait| Utc::now() + wait);
+        if let Err(error) = context.store.slow_pace(&endpoint.id, paused_until).await {
+            tracing::warn!(%error, "cannot slow the endpoint's pace");
+        }
+    }
 
     let after = decide::after_attempt(
         &message,
@@ -187,7 +228,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         &context.common.retry_schedule,
         context.delivery.max_retry_after,
     );
-    let mut record = record(&message, after.state());
+    let mut record = AttemptRecord { ordered: endpoint.ordered, ..record(&message, after.state()) };
     record.log = Some(DeliveryLog {
         id: Uuid::now_v7(),
         event_id: message.event_id.clone(),
@@ -219,7 +260,58 @@ fn record(message: &DeliveryMessage, state: DeliveryState) -> AttemptRecord {
         log: None,
         endpoint_id: message.endpoint_id.clone(),
         generation: message.generation,
+        ordered: false,
     }
+}
+
+/// The longest an attempt to an endpoint paced at `limit` per second waits
+/// for its start while holding a dispatcher slot: 1.5 s, or 32 starts' worth
+/// (so a fast pace does not fill a dispatcher with waiting attempts), and at
+/// least 50 ms. A later start is waited for in the queue, and the message
+/// comes back 80% of this before its start: a retry queue's timing is coarse
+/// (dead-lettering takes up to hundreds of milliseconds), so the last
+/// stretch is waited here and the starts keep their spacing.
+fn pace_window(limit: Option<u32>) -> Duration {
+    let tickets = Duration::from_secs(32) / limit.unwrap_or(1).max(1);
+    tickets.clamp(Duration::from_millis(50), Duration::from_millis(1500))
+}
+
+/// A ticket whose start passed longer ago than this when its message came
+/// back missed it: the message takes a new one rather than go at once, so
+/// late arrivals never bunch above the pace.
+const PACE_MISSED: Duration = Duration::from_millis(50);
+
+/// Waits for the attempt's start in its endpoint's pace, taking a ticket
+/// unless the message carries one (then its start is read again: a throttle
+/// may have moved it). `Some` when the start is too far off to wait for here:
+/// the message to put back, with its ticket, and for how long.
+async fn pace(
+    context: &Context,
+    endpoint: &Endpoint,
+    message: &DeliveryMessage,
+) -> anyhow::Result<Option<(DeliveryMessage, Duration)>> {
+    let kept = match message.pace_ticket {
+        Some(ticket) => context.store.pace_start(&endpoint.id, ticket).await?.map(|start| (ticket, start)),
+        None => None,
+    };
+    let missed = |start: chrono::DateTime<Utc>| (Utc::now() - start).to_std().is_ok_and(|late| late > PACE_MISSED);
+    let (ticket, start) = match (kept, endpoint.rate_limit_per_second) {
+        (Some((ticket, start)), _) if !missed(start) => (ticket, start),
+        (_, Some(limit)) => {
+            let ticket = context.store.take_pace(&endpoint.id, limit).await?;
+            (ticket.number, ticket.start)
+        }
+        // A ticket of a limit since removed, or of a schedule that is gone.
+        (_, None) => return Ok(None),
+    };
+    let wait = (start - Utc::now()).to_std().unwrap_or_default();
+    let window = pace_window(endpoint.rate_limit_per_second);
+    if wait > window {
+        let early = window * 4 / 5;
+        return Ok(Some((DeliveryMessage { pace_ticket: Some(ticket), ..message.clone() }, wait - early)));
+    }
+    tokio::time::sleep(wait).await;
+    Ok(None)
 }
 
 /// Commits the record, then settles the message. If the commit fails the

@@ -41,6 +41,32 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// Which of the two work queues a delivery waits in (README, "Scheduling"):
+/// a developer's events within their fair share go to `default`, the rest,
+/// and backlogs by nature (recovery, sweeps, dead-letter replays), to `bulk`,
+/// which may hold at most three quarters of a dispatcher's slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    #[default]
+    Default,
+    Bulk,
+}
+
+impl Lane {
+    fn is_default(&self) -> bool {
+        *self == Lane::Default
+    }
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Default => "default",
+            Lane::Bulk => "bulk",
+        }
+    }
+}
+
 /// Names of every exchange and queue of one deployment.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -57,9 +83,28 @@ impl Topology {
         Topology { prefix: prefix.to_owned(), retry_delays }
     }
 
-    /// The work queue dispatchers consume.
+    /// The work queue dispatchers consume first.
     pub fn deliveries(&self) -> String {
         format!("{}.deliveries", self.prefix)
+    }
+
+    /// The work queue of `lane`: [`Topology::deliveries`], or
+    /// `{p}.deliveries.bulk`.
+    pub fn work_queue(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Default => self.deliveries(),
+            Lane::Bulk => format!("{}.deliveries.bulk", self.prefix),
+        }
+    }
+
+    /// Every queue of the topology (not the lifecycle listeners' own).
+    pub fn queues(&self) -> Vec<String> {
+        let mut queues = vec![self.work_queue(Lane::Default), self.work_queue(Lane::Bulk), self.dead()];
+        for delay in &self.retry_delays {
+            queues.push(self.retry_in(Lane::Default, *delay));
+            queues.push(self.retry_in(Lane::Bulk, *delay));
+        }
+        queues
     }
 
     /// Where messages go that cannot be processed.
@@ -72,18 +117,27 @@ impl Topology {
         format!("{}.lifecycle", self.prefix)
     }
 
-    /// The retry queue that holds a message for `delay`.
+    /// The retry queue that holds a message of the default lane for `delay`.
     pub fn retry(&self, delay: Duration) -> String {
-        format!("{}.retry.{}ms", self.prefix, delay.as_millis())
+        self.retry_in(Lane::Default, delay)
+    }
+
+    /// The retry queue that holds a message of `lane` for `delay`; it
+    /// dead-letters back into the lane's work queue.
+    pub fn retry_in(&self, lane: Lane, delay: Duration) -> String {
+        match lane {
+            Lane::Default => format!("{}.retry.{}ms", self.prefix, delay.as_millis()),
+            Lane::Bulk => format!("{}.retry.bulk.{}ms", self.prefix, delay.as_millis()),
+        }
     }
 
     /// The retry queue that can hold a message for `delay`, and how long the
     /// message should wait in it: the smallest tier at least as long as
     /// `delay` (the message then carries `delay` as its own expiration), or the
     /// longest tier when none is.
-    pub fn retry_route(&self, delay: Duration) -> Option<(String, Duration)> {
+    pub fn retry_route(&self, lane: Lane, delay: Duration) -> Option<(String, Duration)> {
         let tier = self.retry_delays.iter().find(|tier| **tier >= delay).or_else(|| self.retry_delays.last())?;
-        Some((self.retry(*tier), delay.min(*tier)))
+        Some((self.retry_in(lane, *tier), delay.min(*tier)))
     }
 
     /// Declares everything; idempotent, and consistent across processes that
@@ -104,13 +158,20 @@ impl Topology {
         dead.insert("x-queue-type".into(), long_string("quorum"));
         channel.queue_declare(self.dead().as_str().into(), durable, dead).await?;
 
-        let mut work = FieldTable::default();
-        work.insert("x-queue-type".into(), long_string("quorum"));
-        work.insert("x-dead-letter-exchange".into(), long_string(""));
-        work.insert("x-dead-letter-routing-key".into(), long_string(&self.dead()));
-        work.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
-        channel.queue_declare(self.deliveries().as_str().into(), durable, work).await?;
+        for lane in [Lane::Default, Lane::Bulk] {
+            let mut work = FieldTable::default();
+            work.insert("x-queue-type".into(), long_string("quorum"));
+            work.insert("x-dead-letter-exchange".into(), long_string(""));
+            work.insert("x-dead-letter-routing-key".into(), long_string(&self.dead()));
+            work.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+            channel.queue_declare(self.work_queue(lane).as_str().into(), durable, work).await?;
+            self.declare_retries(channel, lane).await?;
+        }
+        Ok(())
+    }
 
+    async fn declare_retries(&self, channel: &Channel, lane: Lane) -> lapin::Result<()> {
+        let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
         for delay in &self.retry_delays {
             let mut retry = FieldTable::default();
             retry.insert("x-queue-type".into(), long_string("quorum"));
@@ -119,10 +180,10 @@ impl Topology {
                 AMQPValue::LongLongInt(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
             );
             retry.insert("x-dead-letter-exchange".into(), long_string(""));
-            retry.insert("x-dead-letter-routing-key".into(), long_string(&self.deliveries()));
+            retry.insert("x-dead-letter-routing-key".into(), long_string(&self.work_queue(lane)));
             retry.insert("x-dead-letter-strategy".into(), long_string("at-least-once"));
             retry.insert("x-overflow".into(), long_string("reject-publish"));
-            channel.queue_declare(self.retry(*delay).as_str().into(), durable, retry).await?;
+            channel.queue_declare(self.retry_in(lane, *delay).as_str().into(), durable, retry).await?;
         }
         Ok(())
     }
@@ -257,6 +318,14 @@ pub struct DeliveryMessage {
     /// endpoint is only slow, and does not count here.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures: u32,
+    /// The ticket this attempt took in its endpoint's pace
+    /// (`rate_limit_per_second`) before it was put back to wait for its
+    /// start: it goes then without taking another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace_ticket: Option<i64>,
+    /// The work queue it waits in, and its retries too.
+    #[serde(default, skip_serializing_if = "Lane::is_default")]
+    pub lane: Lane,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.
@@ -279,6 +348,10 @@ pub enum ChangeKind {
     SchemeChanged,
     /// The service disabled the endpoint: its deliveries kept failing.
     AutoDisabled,
+    /// `rate_limit_per_second` changed.
+    RateLimitChanged,
+    /// `ordering` changed.
+    OrderingChanged,
 }
 
 impl ChangeKind {
@@ -294,6 +367,8 @@ impl ChangeKind {
             ChangeKind::KeyRotated => "key_rotated",
             ChangeKind::SchemeChanged => "scheme_changed",
             ChangeKind::AutoDisabled => "auto_disabled",
+            ChangeKind::RateLimitChanged => "rate_limit_changed",
+            ChangeKind::OrderingChanged => "ordering_changed",
         }
     }
 }
@@ -358,9 +433,11 @@ mod tests {
         assert_eq!(topology.retry_delays.len(), 2);
         assert_eq!(topology.retry(Duration::from_secs(5)), "p.retry.5000ms");
         assert_eq!(topology.deliveries(), "p.deliveries");
-        let (queue, wait) = topology.retry_route(Duration::from_secs(3)).unwrap();
+        let (queue, wait) = topology.retry_route(Lane::Default, Duration::from_secs(3)).unwrap();
         assert_eq!((queue.as_str(), wait), ("p.retry.5000ms", Duration::from_secs(3)));
-        let (queue, wait) = topology.retry_route(Duration::from_secs(600)).unwrap();
-        assert_eq!((queue.as_str(), wait), ("p.retry.60000ms", Duration::from_secs(60)));
+        let (queue, wait) = topology.retry_route(Lane::Bulk, Duration::from_secs(600)).unwrap();
+        assert_eq!((queue.as_str(), wait), ("p.retry.bulk.60000ms", Duration::from_secs(60)));
+        assert_eq!(topology.work_queue(Lane::Bulk), "p.deliveries.bulk");
+        assert_eq!(topology.queues().len(), 7);
     }
 }

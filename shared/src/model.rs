@@ -300,6 +300,44 @@ impl FromStr for SignatureScheme {
     }
 }
 
+/// Whether an endpoint's deliveries keep the order of their events (API.md
+/// §8.5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryOrder {
+    /// Each delivery goes as soon as it can (the default).
+    #[default]
+    None,
+    /// In `event_sequence` order: an event is sent only once every earlier
+    /// event meant for the endpoint has succeeded, failed for good, or was
+    /// left held (the endpoint was disabled when it came).
+    Ordered,
+}
+
+impl DeliveryOrder {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryOrder::None => "none",
+            DeliveryOrder::Ordered => "ordered",
+        }
+    }
+}
+
+impl FromStr for DeliveryOrder {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "none" => Ok(DeliveryOrder::None),
+            "ordered" => Ok(DeliveryOrder::Ordered),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The bounds of `rate_limit_per_second`.
+pub const RATE_LIMIT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+
 /// How an endpoint's deliveries have been going (API.md §8.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
@@ -346,6 +384,12 @@ pub struct Webhook {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<DisabledReason>,
     pub health: Health,
+    /// The most deliveries per second to this endpoint, across every
+    /// dispatcher together; null for no limit of its own.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub rate_limit_per_second: Option<u32>,
+    /// `none` or `ordered` (deliveries in `event_sequence` order).
+    pub ordering: DeliveryOrder,
     pub event_epoch: EventEpoch,
     /// Empty means every category.
     pub event_categories: Vec<Category>,

@@ -46,8 +46,7 @@ impl QueueCleanup {
     /// The names of `prefix`'s topology under `schedule`.
     pub fn new(amqp_url: &str, prefix: &str, schedule: &RetrySchedule) -> QueueCleanup {
         let topology = Topology::new(prefix, schedule);
-        let mut queues = vec![topology.deliveries(), topology.dead()];
-        queues.extend(schedule.delays().iter().map(|delay| topology.retry(*delay)));
+        let mut queues = topology.queues();
         queues.sort();
         queues.dedup();
         QueueCleanup { amqp_url: amqp_url.to_owned(), queues, exchanges: vec![topology.lifecycle()], removed: false }

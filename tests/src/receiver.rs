@@ -88,6 +88,8 @@ pub struct RecordedRequest {
     pub body: Bytes,
     /// When the request was complete, by the receiver's clock.
     pub received_at: SystemTime,
+    /// The status it was answered with (answered once recorded).
+    pub answered: u16,
 }
 
 impl RecordedRequest {
@@ -107,12 +109,21 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug)]
+/// Decides an answer from the request and every request before it.
+pub type Responder = Arc<dyn Fn(&RecordedRequest, &[RecordedRequest]) -> Reply + Send + Sync>;
+
 struct State {
     requests: Mutex<Vec<RecordedRequest>>,
     arrived: Notify,
     script: Mutex<VecDeque<Reply>>,
     fallback: Mutex<Reply>,
+    responder: Mutex<Option<Responder>>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("requests", &self.requests).finish_non_exhaustive()
+    }
 }
 
 /// An HTTPS server on `127.0.0.1:0`. It stops when dropped.
@@ -140,6 +151,7 @@ impl Receiver {
             arrived: Notify::new(),
             script: Mutex::default(),
             fallback: Mutex::new(Reply::ok()),
+            responder: Mutex::default(),
         });
         let shutdown = CancellationToken::new();
         let answering = state.clone();
@@ -172,6 +184,16 @@ impl Receiver {
     /// Answers every request not covered by a [`Receiver::reply_sequence`] with `reply`.
     pub fn reply_always(&self, reply: Reply) {
         *self.state.fallback.lock().unwrap_or_else(|e| e.into_inner()) = reply;
+    }
+
+    /// Answers every request not covered by a [`Receiver::reply_sequence`] as
+    /// `responder` decides, from the request and all those before it (in
+    /// place of [`Receiver::reply_always`]).
+    pub fn reply_with(
+        &self,
+        responder: impl Fn(&RecordedRequest, &[RecordedRequest]) -> Reply + Send + Sync + 'static,
+    ) {
+        *self.state.responder.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(responder));
     }
 
     /// Answers the next requests with `replies`, in order, then falls back to
@@ -285,18 +307,29 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Ok(plain(StatusCode::BAD_REQUEST)),
     };
-    let recorded = RecordedRequest {
+    let mut recorded = RecordedRequest {
         method: parts.method.to_string(),
         path: parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_owned(), ToString::to_string),
         headers: parts.headers,
         body,
         received_at: SystemTime::now(),
+        answered: 0,
     };
+    let responder = state.responder.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let next = state.script.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+    // Decided and recorded under one lock: a responder sees every earlier
+    // request with its answer.
     let reply = {
-        let next = state.script.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-        next.unwrap_or_else(|| state.fallback.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        let mut requests = state.requests.lock().unwrap_or_else(|e| e.into_inner());
+        let reply = match (next, responder) {
+            (Some(reply), _) => reply,
+            (None, Some(responder)) => responder(&recorded, &requests),
+            (None, None) => state.fallback.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        };
+        recorded.answered = reply.status;
+        requests.push(recorded);
+        reply
     };
-    state.requests.lock().unwrap_or_else(|e| e.into_inner()).push(recorded);
     state.arrived.notify_waiters();
 
     if reply.hang {

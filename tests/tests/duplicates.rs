@@ -31,6 +31,8 @@ async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json
         generation: Some(generation),
         parks: 0,
         failures: 0,
+        pace_ticket: None,
+        lane: Default::default(),
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
     };

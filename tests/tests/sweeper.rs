@@ -260,6 +260,8 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
         generation: Some(generation),
         parks: 10,
         failures: 10,
+        pace_ticket: None,
+        lane: Default::default(),
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
     };

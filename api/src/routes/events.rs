@@ -67,8 +67,9 @@ pub struct UpcomingEvent {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UpcomingDeliveryState {
     /// `held` (kept while the endpoint is disabled), `pending` (queued for
-    /// its first attempt) or `retrying`.
-    #[schema(pattern = "^(held|pending|retrying)$")]
+    /// its first attempt), `retrying`, or `waiting` (an `ordered` endpoint's
+    /// delivery whose turn has not come).
+    #[schema(pattern = "^(held|pending|retrying|waiting)$")]
     pub state: String,
     /// Attempts made so far.
     pub attempts: i32,
@@ -145,7 +146,7 @@ pub async fn upcoming(
         .collect();
     // Read after the list: a delivery that settled in between is no longer
     // upcoming, and leaves the page.
-    let upcoming = |d: &&UpcomingDeliveryState| matches!(d.state.as_str(), "held" | "pending" | "retrying");
+    let upcoming = |d: &&UpcomingDeliveryState| matches!(d.state.as_str(), "held" | "pending" | "retrying" | "waiting");
     let data = page
         .data
         .into_iter()

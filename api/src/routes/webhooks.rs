@@ -4,7 +4,9 @@ use axum::{Router, extract::State, http::StatusCode, routing::get};
 use serde::{Deserialize, Serialize};
 use shared::{
     ids, keys,
-    model::{Category, EndpointStatus, EventEpoch, List, Scope, SignatureScheme, Webhook},
+    model::{
+        Category, DeliveryOrder, EndpointStatus, EventEpoch, List, RATE_LIMIT_RANGE, Scope, SignatureScheme, Webhook,
+    },
     net::{self, parse_target_url},
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, RecoveryWindow, ReplacementKey, UpdateOutcome,
@@ -61,6 +63,19 @@ pub struct CreateWebhook {
     /// (Standard Webhooks with Ed25519).
     #[serde(default)]
     pub signature_scheme: Option<SignatureScheme>,
+    /// The most deliveries per second to this endpoint, across every
+    /// dispatcher together (1 to 10000); more wait their turn, none fails for
+    /// it. A 429 or 503 from the receiver slows the pace at once (honouring
+    /// `Retry-After`); it recovers after successes. Absent or null: no limit
+    /// of its own.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
+    pub rate_limit_per_second: Option<u32>,
+    /// `none` (the default) or `ordered`: deliveries in `event_sequence`
+    /// order, each only once every earlier one has succeeded or failed for
+    /// good.
+    #[serde(default)]
+    pub ordering: Option<DeliveryOrder>,
 }
 
 /// Body of `PUT /v0/webhooks/{id}`: any of the fields; an empty body changes
@@ -86,6 +101,41 @@ pub struct UpdateWebhook {
     /// `KEY_ROTATION_OVERLAP`. The current scheme is no change.
     #[serde(default)]
     pub signature_scheme: Option<SignatureScheme>,
+    /// 1 to 10000 deliveries per second; null removes the limit, absent
+    /// leaves it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    pub rate_limit_per_second: Option<Option<u32>>,
+    /// `none` or `ordered`. Back to `none`, deliveries waiting for their turn
+    /// go at once.
+    #[serde(default)]
+    pub ordering: Option<DeliveryOrder>,
+}
+
+/// A field that may be null: `Some(None)` when it is, `None` (by
+/// `#[serde(default)]`) when it is absent.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// Refuses a rate limit out of its range.
+fn check_rate_limit(limit: Option<u32>) -> ApiResult<Option<u32>> {
+    match limit {
+        Some(limit) if !RATE_LIMIT_RANGE.contains(&limit) => Err(ApiError::invalid(
+            Location::Body,
+            "rate_limit_per_second",
+            format!(
+                "rate_limit_per_second must be between {} and {}, or null for no limit",
+                RATE_LIMIT_RANGE.start(),
+                RATE_LIMIT_RANGE.end()
+            ),
+        )),
+        limit => Ok(limit),
+    }
 }
 
 /// The states a `PUT` may set.
@@ -164,6 +214,7 @@ pub async fn create(
     Json(body): Json<CreateWebhook>,
 ) -> ApiResult<(StatusCode, axum::Json<Webhook>)> {
     caller.require(Scope::WebhooksWrite)?;
+    let rate_limit_per_second = check_rate_limit(body.rate_limit_per_second)?;
     let limit = state.config.max_endpoints_per_developer;
     // Cheap refusal before the handshake and key generation; the store checks
     // again under a lock.
@@ -183,6 +234,8 @@ pub async fn create(
         event_categories: body.event_categories.unwrap_or_default(),
         public_key_pem: public_key,
         private_key,
+        rate_limit_per_second,
+        ordering: body.ordering.unwrap_or_default(),
     };
     let by = EndpointChange::by_key(caller.key.id);
     let record = state.store.create_endpoint(new, i64::from(limit), by).await?.ok_or_else(|| limit_exceeded(limit))?;
@@ -254,6 +307,7 @@ pub async fn update(
             return Err(ApiError::invalid(Location::Body, "status", "status must be active or disabled"));
         }
     };
+    let rate_limit_per_second = body.rate_limit_per_second.map(check_rate_limit).transpose()?;
     let current = find(&state, &caller, &id).await?;
     // A valid url is compared normalised: `https://Example.COM:443/p`
     // repeats `https://example.com/p` and is no change, even while active.
@@ -271,7 +325,14 @@ pub async fn update(
         Some(scheme) if scheme != current.signature_scheme => Some(replacement(&state, scheme, &current.id).await?),
         _ => None,
     };
-    let update = EndpointUpdate { url, status, event_categories: body.event_categories, new_key };
+    let update = EndpointUpdate {
+        url,
+        status,
+        event_categories: body.event_categories,
+        new_key,
+        rate_limit_per_second,
+        ordering: body.ordering,
+    };
     Ok(axum::Json(apply(&state, &caller, &id, update).await?.to_webhook()))
 }
 

@@ -1,5 +1,6 @@
-//! The RabbitMQ source: consumes `{p}.deliveries` with manual acks and a
-//! prefetch window, drops cached endpoints on lifecycle messages, publishes
+//! The RabbitMQ source: consumes the two work queues (`{p}.deliveries`, and
+//! `{p}.deliveries.bulk` with at most three quarters of the slots) with
+//! manual acks and a prefetch window each, drops cached endpoints on lifecycle messages, publishes
 //! retries (confirmed) to the retry queue of their delay, and acks only after
 //! the handler recorded the outcome.
 
@@ -15,7 +16,7 @@ use lapin::{
     },
     types::{FieldTable, ShortString},
 };
-use shared::broker::{self, DeliveryMessage, Envelope, Message, Topology};
+use shared::broker::{self, DeliveryMessage, Envelope, Lane, Message, Topology};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
@@ -77,7 +78,9 @@ impl AmqpTicket {
                 // The store may be why the message is parked: then the due
                 // time stays, and a sweep may queue the delivery again (the
                 // older message is dropped unsent when it comes back).
-                if let Err(error) = context.store.defer(message.delivery_id, message.generation, until, None).await {
+                if let Err(error) =
+                    context.store.defer(message.delivery_id, message.generation, until, None, None).await
+                {
                     tracing::debug!(%error, "cannot move the parked delivery's due time");
                 }
                 context.metrics.outcome(outcome);
@@ -143,59 +146,90 @@ pub async fn session(
     // Changes may have been missed while disconnected.
     context.cache.clear();
 
-    let tag: ShortString = format!("dispatcher-{}", Uuid::new_v4()).into();
+    let tag = |lane: Lane| -> ShortString { format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into() };
+    let tags = [tag(Lane::Default), tag(Lane::Bulk)];
     let mut deliveries = channel
         .basic_consume(
-            topology.deliveries().as_str().into(),
-            tag.clone(),
+            topology.work_queue(Lane::Default).as_str().into(),
+            tags[0].clone(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
         .await
         .context("consume deliveries")?;
+    let mut bulk = channel
+        .basic_consume(
+            topology.work_queue(Lane::Bulk).as_str().into(),
+            tags[1].clone(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("consume bulk deliveries")?;
     broker_up.send_replace(true);
-    tracing::info!(queue = %topology.deliveries(), "dispatcher consuming");
+    tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), "dispatcher consuming");
 
-    let slots = Arc::new(Semaphore::new(context.delivery.dispatcher_concurrency));
+    let concurrency = context.delivery.dispatcher_concurrency;
+    let slots = Arc::new(Semaphore::new(concurrency));
+    // The bulk lane may hold at most three quarters of the slots: the rest
+    // are always there for the default lane.
+    let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
     let tasks = TaskTracker::new();
     let (settler, settling) = Settler::start(channel.clone());
     let session = Arc::new(Session { topology: topology.clone(), publisher, settler });
-    let result = loop {
-        tokio::select! {
+    let result = 'session: loop {
+        // A slot first, so a message is received only when it can run;
+        // lifecycle messages are taken meanwhile, whatever the deliveries do.
+        let slot = tokio::select! {
             biased;
             () = shutdown.cancelled() => break Ok(()),
             change = lifecycle.next() => match change {
-                Some(Ok(message)) => invalidate(&context, &message.data),
+                Some(Ok(message)) => { invalidate(&context, &message.data); continue }
                 Some(Err(error)) => break Err(anyhow::Error::new(error).context("lifecycle consumer")),
                 None => break Err(anyhow::anyhow!("lifecycle consumer closed")),
             },
-            slot = slots.clone().acquire_owned() => {
-                let Ok(slot) = slot else { break Ok(()) };
-                tokio::select! {
-                    biased;
-                    () = shutdown.cancelled() => break Ok(()),
-                    next = deliveries.next() => match next {
-                        Some(Ok(delivery)) => {
-                            session.settler.received(delivery.delivery_tag);
-                            let ticket = AmqpTicket { tag: delivery.delivery_tag, session: session.clone() };
-                            let Some(message) = parse(&context, &delivery.data, &ticket) else { continue };
-                            let context = context.clone();
-                            tasks.spawn(async move {
-                                worker::handle(&context, message, Ticket::Amqp(ticket)).await;
-                                drop(slot);
-                            });
-                        }
-                        Some(Err(error)) => break Err(anyhow::Error::new(error).context("delivery consumer")),
-                        None => break Err(anyhow::anyhow!("delivery consumer closed")),
-                    },
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break Ok(()),
+            },
+        };
+        // The default lane first; the bulk lane when it has a slot of its own.
+        let (next, bulk_slot, lane) = loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break 'session Ok(()),
+                change = lifecycle.next() => match change {
+                    Some(Ok(message)) => invalidate(&context, &message.data),
+                    Some(Err(error)) => break 'session Err(anyhow::Error::new(error).context("lifecycle consumer")),
+                    None => break 'session Err(anyhow::anyhow!("lifecycle consumer closed")),
+                },
+                next = deliveries.next() => break (next, None, Lane::Default),
+                (bulk_slot, next) = async { (bulk_slots.clone().acquire_owned().await, bulk.next().await) } => {
+                    break (next, bulk_slot.ok(), Lane::Bulk)
                 }
             }
+        };
+        match next {
+            Some(Ok(delivery)) => {
+                session.settler.received(delivery.delivery_tag);
+                let ticket = AmqpTicket { tag: delivery.delivery_tag, session: session.clone() };
+                let Some(message) = parse(&context, &delivery.data, &ticket) else { continue };
+                let context = context.clone();
+                tasks.spawn(async move {
+                    worker::handle(&context, message, Ticket::Amqp(ticket)).await;
+                    drop((slot, bulk_slot));
+                });
+            }
+            Some(Err(error)) => break Err(anyhow::Error::new(error).context(format!("{} consumer", lane.as_str()))),
+            None => break Err(anyhow::anyhow!("{} consumer closed", lane.as_str())),
         }
     };
 
     if result.is_ok() {
-        let cancel = channel.basic_cancel(tag, BasicCancelOptions::default());
-        let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
+        for tag in tags {
+            let cancel = channel.basic_cancel(tag, BasicCancelOptions::default());
+            let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
+        }
     }
     tasks.close();
     let in_flight = tasks.len();
@@ -256,7 +290,7 @@ async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Dura
 }
 
 async fn publish_retry_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
-    let (queue, wait) = session.topology.retry_route(delay).context("RETRY_SCHEDULE has no delays")?;
+    let (queue, wait) = session.topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
     let payload = Envelope::new(Message::Delivery(message.clone())).to_bytes();
     let properties = broker::persistent_json().with_expiration(wait.as_millis().to_string().into());
     let confirm = session

@@ -8,7 +8,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use shared::{broker::DeliveryMessage, store::sqlite::SqliteStore};
+use shared::{
+    broker::{DeliveryMessage, Lane},
+    store::sqlite::SqliteStore,
+};
 use tokio::sync::{Notify, Semaphore, broadcast::error::RecvError};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -55,12 +58,13 @@ impl EmbeddedTicket {
         context.metrics.outcome(outcome);
         self.settled = true;
         let parks = Some((message.parks, message.failures));
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, delay, parks).await;
+        let back = PutBack { delay, parks, pace_ticket: message.pace_ticket };
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, back).await;
     }
 
     pub(super) async fn requeue(mut self) {
         self.settled = true;
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, Duration::ZERO, None).await;
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, PutBack::now()).await;
     }
 
     /// Records the delivery `failed`, with `reason` in its log. While the
@@ -73,7 +77,8 @@ impl EmbeddedTicket {
             return;
         }
         let longest = context.common.retry_schedule.delays().iter().max().copied().unwrap_or(Duration::from_secs(60));
-        put_back(&self.store, &self.wake, self.delivery_id, self.generation, longest, None).await;
+        let back = PutBack { delay: longest, ..PutBack::now() };
+        put_back(&self.store, &self.wake, self.delivery_id, self.generation, back).await;
     }
 }
 
@@ -85,27 +90,37 @@ impl Drop for EmbeddedTicket {
         let (store, wake, delivery_id, generation) =
             (self.store.clone(), self.wake.clone(), self.delivery_id, self.generation);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, Duration::ZERO, None).await });
+            runtime.spawn(async move { put_back(&store, &wake, delivery_id, generation, PutBack::now()).await });
         }
     }
 }
 
-/// Releases the claim on a delivery, due again after `delay`, without
-/// counting an attempt (`parks`: the message's park counts to keep). While
-/// the store fails (a full disk) it tries again, so the delivery is not left
-/// claimed, out of the queue, until a restart.
-async fn put_back(
-    store: &SqliteStore,
-    wake: &Notify,
-    delivery_id: i64,
-    generation: Option<i32>,
+/// How a delivery goes back to the queue.
+#[derive(Debug, Clone, Copy)]
+struct PutBack {
+    /// Due again after this long.
     delay: Duration,
+    /// The message's park counts to keep (`None`: the stored ones).
     parks: Option<(u32, u32)>,
-) {
+    /// The ticket it took in its endpoint's pace, if it did.
+    pace_ticket: Option<i64>,
+}
+
+impl PutBack {
+    /// Due again at once, nothing else changed.
+    fn now() -> PutBack {
+        PutBack { delay: Duration::ZERO, parks: None, pace_ticket: None }
+    }
+}
+
+/// Releases the claim on a delivery, due again after a delay, without
+/// counting an attempt. While the store fails (a full disk) it tries again,
+/// so the delivery is not left claimed, out of the queue, until a restart.
+async fn put_back(store: &SqliteStore, wake: &Notify, delivery_id: i64, generation: Option<i32>, back: PutBack) {
     let mut pause = Duration::from_millis(100);
     loop {
-        let until = shared::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        match store.defer(delivery_id, generation, until, parks).await {
+        let until = shared::time::now() + chrono::Duration::from_std(back.delay).unwrap_or_default();
+        match store.defer(delivery_id, generation, until, back.parks, back.pace_ticket).await {
             Ok(()) => break,
             Err(error) => {
                 tracing::error!(error = format!("{error:#}"), delivery_id, "cannot put a delivery back; trying again");
@@ -127,22 +142,30 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
     }
     let wake = store.work();
     let mut changes = store.changes();
-    let slots = Arc::new(Semaphore::new(context.delivery.dispatcher_concurrency));
+    let concurrency = context.delivery.dispatcher_concurrency;
+    let slots = Arc::new(Semaphore::new(concurrency));
+    // The bulk lane may hold at most three quarters of the slots: the rest
+    // are always there for the default lane.
+    let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
     let tasks = TaskTracker::new();
     tracing::info!("delivering from the embedded queue");
 
     let mut failing = Duration::ZERO;
     while !shutdown.is_cancelled() {
         let free = slots.available_permits().min(CLAIM_BATCH);
+        let bulk_free = bulk_slots.available_permits();
         let mut claimed_all = false;
         // The slots are taken before the claim, so every claimed delivery has one.
         if let Some(mut held) = (free > 0).then(|| slots.clone().try_acquire_many_owned(free as u32).ok()).flatten() {
-            match store.claim_due(free).await {
+            match store.claim_due(free, bulk_free).await {
                 Ok(messages) => {
                     failing = Duration::ZERO;
                     claimed_all = messages.len() == free;
                     for message in messages {
                         let slot = held.split(1);
+                        // Counted in `bulk_free`: one is there for each.
+                        let bulk_slot =
+                            (message.lane == Lane::Bulk).then(|| bulk_slots.clone().try_acquire_owned().ok()).flatten();
                         let ticket = EmbeddedTicket {
                             store: store.clone(),
                             wake: wake.clone(),
@@ -153,7 +176,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
                         let context = context.clone();
                         tasks.spawn(async move {
                             worker::handle(&context, message, Ticket::Embedded(ticket)).await;
-                            drop(slot);
+                            drop((slot, bulk_slot));
                         });
                     }
                 }
@@ -172,7 +195,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
         if claimed_all {
             continue;
         }
-        let until_due = match store.next_due_at().await {
+        let until_due = match store.next_due_at(bulk_free > 0).await {
             Ok(Some(at)) => (at - shared::time::now()).to_std().unwrap_or_default().min(IDLE_LOOK),
             Ok(None) => IDLE_LOOK,
             Err(error) => {
@@ -188,6 +211,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
             () = wake.notified() => {}
             () = tokio::time::sleep(until_due), if free > 0 => {}
             slot = slots.clone().acquire_owned(), if free == 0 => drop(slot),
+            slot = bulk_slots.clone().acquire_owned(), if bulk_free == 0 => drop(slot),
             change = changes.recv() => match change {
                 Ok(change) => context.cache.invalidate(&change.endpoint_id),
                 Err(RecvError::Lagged(_)) => context.cache.clear(),

@@ -14,6 +14,9 @@ pub enum DeliveryState {
     Pending,
     /// Failed at least once; another attempt is scheduled.
     Retrying,
+    /// An ordered endpoint's delivery whose turn has not come: an earlier
+    /// one is unsettled. Its settling releases this one.
+    Waiting,
     Succeeded,
     /// Every attempt failed; `send` can still deliver it.
     Failed,
@@ -28,6 +31,7 @@ impl DeliveryState {
             DeliveryState::Held => "held",
             DeliveryState::Pending => "pending",
             DeliveryState::Retrying => "retrying",
+            DeliveryState::Waiting => "waiting",
             DeliveryState::Succeeded => "succeeded",
             DeliveryState::Failed => "failed",
             DeliveryState::Cancelled => "cancelled",
@@ -48,6 +52,20 @@ pub struct AttemptRecord {
     /// The generation of the message; the state is written only if the
     /// delivery is still at it (any state when unknown).
     pub generation: Option<i32>,
+    /// The endpoint keeps its deliveries in order: settling this one may
+    /// release the next.
+    pub ordered: bool,
+}
+
+/// Whether an ordered endpoint's delivery may be attempted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// No earlier delivery of the endpoint is unsettled (or the endpoint is
+    /// not ordered).
+    Go,
+    /// An earlier one is: the delivery now waits (`waiting`) until that one
+    /// settles, which queues it again.
+    Wait,
 }
 
 /// Whether a retry message still stands for its delivery.

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::{
     broker::ChangeKind,
-    model::{Category, DisabledReason, EndpointStatus, EventEpoch, Health, SignatureScheme, Webhook},
+    model::{Category, DeliveryOrder, DisabledReason, EndpointStatus, EventEpoch, Health, SignatureScheme, Webhook},
 };
 
 /// An endpoint as stored, private key included (still sealed).
@@ -29,6 +29,9 @@ pub struct EndpointRecord {
     pub previous_key: Option<StoredKey>,
     pub disabled_reason: Option<DisabledReason>,
     pub health: Health,
+    /// The most attempts per second, across every dispatcher.
+    pub rate_limit_per_second: Option<u32>,
+    pub ordering: DeliveryOrder,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -92,6 +95,8 @@ impl EndpointRecord {
             previous_key_expires_at: self.previous_key.as_ref().map(|k| k.expires_at),
             disabled_reason: self.disabled_reason,
             health: self.health.clone(),
+            rate_limit_per_second: self.rate_limit_per_second,
+            ordering: self.ordering,
             event_epoch: self.event_epoch,
             event_categories: self.event_categories.clone(),
             created_at: self.created_at,
@@ -119,6 +124,8 @@ pub struct NewEndpoint {
     pub public_key_pem: String,
     pub private_key: Vec<u8>,
     pub signature_scheme: SignatureScheme,
+    pub rate_limit_per_second: Option<u32>,
+    pub ordering: DeliveryOrder,
 }
 
 /// What a PUT (or a rotation) asks to change; `None` leaves a field alone.
@@ -129,6 +136,9 @@ pub struct EndpointUpdate {
     pub event_categories: Option<Vec<Category>>,
     /// A new key pair: a rotation (same scheme) or a scheme change.
     pub new_key: Option<ReplacementKey>,
+    /// `Some(None)` removes the limit.
+    pub rate_limit_per_second: Option<Option<u32>>,
+    pub ordering: Option<DeliveryOrder>,
 }
 
 /// How an update ended.
@@ -234,6 +244,17 @@ pub(crate) fn apply_update(
         // by a developer clears it.
         record.disabled_reason = None;
     }
+    if let Some(limit) = update.rate_limit_per_second.filter(|limit| *limit != record.rate_limit_per_second) {
+        changes.push((
+            ChangeKind::RateLimitChanged,
+            serde_json::json!({ "from": record.rate_limit_per_second, "to": limit }),
+        ));
+        record.rate_limit_per_second = limit;
+    }
+    if let Some(ordering) = update.ordering.filter(|ordering| *ordering != record.ordering) {
+        changes.push((ChangeKind::OrderingChanged, serde_json::json!({ "from": record.ordering, "to": ordering })));
+        record.ordering = ordering;
+    }
     if let Some(key) = update.new_key {
         let kind =
             if key.scheme == record.signature_scheme { ChangeKind::KeyRotated } else { ChangeKind::SchemeChanged };
@@ -274,6 +295,24 @@ pub(crate) fn narrows(changes: &[ChangeDetail]) -> bool {
     changes.iter().any(|(kind, details)| {
         *kind == ChangeKind::CategoriesChanged && details["to"].as_array().is_some_and(|to| !to.is_empty())
     })
+}
+
+/// Whether `changes` end the endpoint's ordering: then every delivery
+/// waiting for its turn goes at once.
+pub(crate) fn unorders(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, details)| *kind == ChangeKind::OrderingChanged && details["to"] == "none")
+}
+
+/// The stored delivery order and rate limit of an endpoint.
+pub(crate) fn parse_controls(
+    id: &str,
+    ordering: &str,
+    rate_limit: Option<i64>,
+) -> Result<(DeliveryOrder, Option<u32>), crate::store::StoreError> {
+    let corrupt = |what: &str| crate::store::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    let limit =
+        rate_limit.map(|limit| u32::try_from(limit).map_err(|_| corrupt("rate_limit_per_second"))).transpose()?;
+    Ok((ordering.parse().map_err(|()| corrupt("ordering"))?, limit))
 }
 
 /// The stored names of an endpoint's optional parts.

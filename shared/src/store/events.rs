@@ -21,6 +21,9 @@ pub struct NewEvent {
     pub request_hash: Option<Vec<u8>>,
     pub body_head: String,
     pub body_tail: String,
+    /// The work queue its deliveries wait in: `bulk` past the developer's
+    /// fair share.
+    pub lane: crate::broker::Lane,
 }
 
 /// An event stored earlier under a producer's `Idempotency-Key`.

@@ -84,6 +84,7 @@ mod tests {
             }),
             endpoint_id: endpoint.into(),
             generation: None,
+            ordered: false,
         }
     }
 

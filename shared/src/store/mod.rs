@@ -19,12 +19,13 @@ mod endpoints;
 mod events;
 pub mod health;
 mod idempotency;
+pub mod pace;
 pub mod pg;
 mod retention;
 pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding};
+pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding, Turn};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
@@ -347,16 +348,46 @@ impl Store {
     /// message was put back (parked) for a while. The due time then says
     /// when the delivery is owed, so the sweeper leaves it alone meanwhile.
     /// `parks` are the message's park counts, kept where the store is the
-    /// queue (standalone; `None` keeps the stored ones). Nothing changes
-    /// unless the delivery is still at `generation` and waiting.
+    /// queue (standalone; `None` keeps the stored ones), as is
+    /// `pace_ticket`, the ticket it took in its endpoint's pace. Nothing changes unless the
+    /// delivery is still at `generation` and waiting.
     pub async fn defer(
         &self,
         delivery_id: i64,
         generation: Option<i32>,
         until: DateTime<Utc>,
         parks: Option<(u32, u32)>,
+        pace_ticket: Option<i64>,
     ) -> StoreResult<()> {
-        each_backend!(self, s => s.defer(delivery_id, generation, until, parks).await)
+        each_backend!(self, s => s.defer(delivery_id, generation, until, parks, pace_ticket).await)
+    }
+
+    /// Whether delivery `delivery_id` (at `generation`) of the ordered
+    /// endpoint `endpoint_id` may be attempted now; when an earlier delivery
+    /// of the endpoint is unsettled, it is marked `waiting` and the settling
+    /// of that one queues it again.
+    pub async fn take_turn(&self, delivery_id: i64, generation: Option<i32>, endpoint_id: &str) -> StoreResult<Turn> {
+        each_backend!(self, s => s.take_turn(delivery_id, generation, endpoint_id).await)
+    }
+
+    /// Takes the next ticket in the pace of `endpoint_id`, at most `limit`
+    /// attempts per second across every dispatcher (see [`pace`]); it starts
+    /// now or later.
+    pub async fn take_pace(&self, endpoint_id: &str, limit: u32) -> StoreResult<pace::Ticket> {
+        each_backend!(self, s => s.take_pace(endpoint_id, limit).await)
+    }
+
+    /// When ticket `ticket` of `endpoint_id` starts by its schedule as it is
+    /// now (a throttle since it was taken moves it later); `None` when the
+    /// schedule is gone (then it may start now).
+    pub async fn pace_start(&self, endpoint_id: &str, ticket: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        each_backend!(self, s => s.pace_start(endpoint_id, ticket).await)
+    }
+
+    /// The receiver answered 429 or 503: slows the endpoint's pace, paused
+    /// until `paused_until` when it sent a `Retry-After`.
+    pub async fn slow_pace(&self, endpoint_id: &str, paused_until: Option<DateTime<Utc>>) -> StoreResult<()> {
+        each_backend!(self, s => s.slow_pace(endpoint_id, paused_until).await)
     }
 
     /// The endpoint's delivery log, newest first; `None` when the cursor names

@@ -28,7 +28,13 @@ impl PgStore {
         records.sort_by_key(|r| r.delivery_id);
         let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
             records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
+        let mut ordered: Vec<String> = records.iter().filter(|r| r.ordered).map(|r| r.endpoint_id.clone()).collect();
+        ordered.sort_unstable();
+        ordered.dedup();
         let mut tx = self.pool.begin().await?;
+        if !ordered.is_empty() {
+            super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        }
         if !logs.is_empty() {
             sqlx::query(
                 "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
@@ -86,6 +92,10 @@ impl PgStore {
         .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
+        // A settled delivery of an ordered endpoint hands the turn on.
+        if !ordered.is_empty() {
+            self.release_turns(&mut tx, &ordered, false).await?;
+        }
         tx.commit().await?;
         // Health is written after the commit, one endpoint per statement:
         // each statement locks one health row, so concurrent dispatchers
@@ -99,13 +109,14 @@ impl PgStore {
     }
 
     /// See [`crate::store::Store::defer`]: the message carries its own park
-    /// counts, so only the due time is written here.
+    /// counts and pace ticket, so only the due time is written here.
     pub async fn defer(
         &self,
         delivery_id: i64,
         generation: Option<i32>,
         until: DateTime<Utc>,
         _parks: Option<(u32, u32)>,
+        _pace_ticket: Option<i64>,
     ) -> StoreResult<()> {
         sqlx::query(
             "UPDATE deliveries SET next_attempt_at = $3, updated_at = now()

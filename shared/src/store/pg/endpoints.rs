@@ -14,8 +14,8 @@ use crate::{
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
         endpoints::{
-            activates, apply_update, category_names, created_details, narrows, normalised, parse_names, parse_optional,
-            previous_key, reason_name,
+            activates, apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
+            parse_optional, previous_key, reason_name, unorders,
         },
     },
 };
@@ -36,6 +36,8 @@ struct Row {
     previous_private_key: Option<Vec<u8>>,
     previous_key_expires_at: Option<DateTime<Utc>>,
     disabled_reason: Option<String>,
+    rate_limit_per_second: Option<i32>,
+    ordering: String,
     last_success_at: Option<DateTime<Utc>>,
     last_failure_at: Option<DateTime<Utc>>,
     failing_since: Option<DateTime<Utc>>,
@@ -50,6 +52,8 @@ impl TryFrom<Row> for EndpointRecord {
             parse_names(&row.id, &row.status, &row.event_epoch, &row.event_categories)?;
         let (signature_scheme, disabled_reason) =
             parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
+        let (ordering, rate_limit_per_second) =
+            parse_controls(&row.id, &row.ordering, row.rate_limit_per_second.map(i64::from))?;
         let previous_key = previous_key(
             &row.id,
             row.previous_scheme.as_deref(),
@@ -61,6 +65,8 @@ impl TryFrom<Row> for EndpointRecord {
             signature_scheme,
             previous_key,
             disabled_reason,
+            rate_limit_per_second,
+            ordering,
             health: Health {
                 last_success_at: row.last_success_at,
                 last_failure_at: row.last_failure_at,
@@ -82,7 +88,7 @@ impl TryFrom<Row> for EndpointRecord {
 
 const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
      signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
-     disabled_reason,
+     disabled_reason, rate_limit_per_second, ordering,
      (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
      (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
      (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
@@ -155,8 +161,8 @@ impl PgStore {
         let now = crate::time::now();
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
-                                    signature_scheme, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $8, $8)
+                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -168,6 +174,8 @@ impl PgStore {
         .bind(&new.private_key)
         .bind(now)
         .bind(new.signature_scheme.as_str())
+        .bind(new.rate_limit_per_second.and_then(|limit| i32::try_from(limit).ok()))
+        .bind(new.ordering.as_str())
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -248,7 +256,8 @@ impl PgStore {
         sqlx::query(
             "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
                     public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
-                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13
+                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13,
+                    rate_limit_per_second = $14, ordering = $15
              WHERE id = $1",
         )
         .bind(&record.id)
@@ -264,19 +273,29 @@ impl PgStore {
         .bind(previous.map(|k| &k.public_key))
         .bind(previous.map(|k| &k.private_key))
         .bind(previous.map(|k| k.expires_at))
+        .bind(record.rate_limit_per_second.and_then(|limit| i32::try_from(limit).ok()))
+        .bind(record.ordering.as_str())
         .execute(&mut *tx)
         .await?;
+        let releases = unorders(&changes) || narrows(&changes);
+        if releases {
+            super::turns::lock_turns(&mut tx, &[record.id.as_str()]).await?;
+        }
         if narrows(&changes) {
             sqlx::query(
                 "UPDATE deliveries d SET state = 'cancelled', updated_at = now()
                    FROM events e
-                  WHERE d.endpoint_id = $1 AND e.id = d.event_id AND d.state IN ('held', 'pending', 'retrying')
+                  WHERE d.endpoint_id = $1 AND e.id = d.event_id
+                    AND d.state IN ('held', 'pending', 'retrying', 'waiting')
                     AND NOT (e.category = ANY ($2))",
             )
             .bind(&record.id)
             .bind(category_names(&record.event_categories))
             .execute(&mut *tx)
             .await?;
+        }
+        if releases {
+            self.release_turns(&mut tx, std::slice::from_ref(&record.id), unorders(&changes)).await?;
         }
         if activates(&changes) {
             sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
@@ -318,7 +337,7 @@ impl PgStore {
         let record = EndpointRecord::try_from(row)?;
         sqlx::query(
             "UPDATE deliveries SET state = 'cancelled', updated_at = $2
-             WHERE endpoint_id = $1 AND state IN ('held', 'pending', 'retrying')",
+             WHERE endpoint_id = $1 AND state IN ('held', 'pending', 'retrying', 'waiting')",
         )
         .bind(&record.id)
         .bind(now)

@@ -31,10 +31,10 @@ impl PgStore {
                  SELECT $2, $1, n, $3, $4 || n || $5, $6, $8, $9 FROM seq
                  RETURNING sequence, body
              ), d AS (
-                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
+                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
                  SELECT $2, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $6,
-                        CASE status WHEN 'active' THEN $6 END
-                 FROM endpoints
+                        CASE status WHEN 'active' THEN $6 END, seq.n
+                 FROM endpoints, seq
                  WHERE developer_id = $1 AND status <> 'deleted'
                    AND (cardinality(event_categories) = 0 OR $3 = ANY (event_categories))
                  RETURNING id, state
@@ -54,7 +54,7 @@ impl PgStore {
         .bind(&event.body_head)
         .bind(&event.body_tail)
         .bind(event.created_at)
-        .bind(&self.deliveries_queue)
+        .bind(self.work_queue(event.lane))
         .bind(event.idempotency_key.as_deref())
         .bind(event.request_hash.as_deref())
         .fetch_one(&self.pool)
@@ -96,7 +96,7 @@ impl PgStore {
         let names: Vec<&str> = endpoint.event_categories.iter().map(|c| c.as_str()).collect();
         Ok(sqlx::query_as(
             "(SELECT e.id, e.body, e.created_at FROM deliveries d JOIN events e ON e.id = d.event_id
-               WHERE d.endpoint_id = $1 AND d.state IN ('held', 'pending', 'retrying')
+               WHERE d.endpoint_id = $1 AND d.state IN ('held', 'pending', 'retrying', 'waiting')
                ORDER BY d.event_created_at, d.id LIMIT $6)
              UNION ALL
              (SELECT e.id, e.body, e.created_at FROM events e
@@ -217,8 +217,8 @@ impl PgStore {
             return Ok(SendOutcome::NotForEndpoint);
         }
         let (delivery_id, generation): (i64, i32) = sqlx::query_as(
-            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
-             VALUES ($1, $2, 'pending', $3, now())
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
+             VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1))
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
                     generation = deliveries.generation + 1
@@ -274,8 +274,9 @@ impl PgStore {
             "WITH scanned AS ({SCANNED}),
                   wanted AS ({WANTED}),
                   armed AS (
-                      INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at)
-                      SELECT id, $2, 'pending', created_at, now() FROM wanted
+                      INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                              event_sequence)
+                      SELECT id, $2, 'pending', created_at, now(), sequence FROM wanted
                       ON CONFLICT (endpoint_id, event_id) DO UPDATE
                          SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
                              generation = deliveries.generation + 1
@@ -296,7 +297,7 @@ impl PgStore {
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
         .bind(limit)
-        .bind(&self.deliveries_queue)
+        .bind(&self.bulk_queue)
         .fetch_one(&self.pool)
         .await?;
         Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
@@ -317,7 +318,7 @@ const SCANNED: &str = "
 /// `upcoming_events` lists them). An event that never had a delivery for
 /// other reasons (its category was added later) was never upcoming.
 const WANTED: &str = "
-    SELECT s.id, s.created_at FROM scanned s
+    SELECT s.id, s.sequence, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
      WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
 

@@ -9,8 +9,10 @@ mod endpoints;
 mod events;
 mod idempotency;
 mod outbox;
+mod pace;
 mod retention;
 mod sweep;
+mod turns;
 
 pub use outbox::OutboxRow;
 pub use sweep::Swept;
@@ -26,18 +28,34 @@ pub struct PgStore {
     pool: PgPool,
     lifecycle_exchange: String,
     deliveries_queue: String,
+    /// The work queue of the bulk lane: recoveries, sweeps, and events past
+    /// their developer's fair share.
+    bulk_queue: String,
 }
 
 impl PgStore {
-    /// A store over `pool` that queues deliveries on the work queue of
+    /// A store over `pool` that queues deliveries on the work queues of
     /// `topology` and announces endpoint changes on its lifecycle exchange.
     pub fn new(pool: PgPool, topology: &Topology) -> PgStore {
-        PgStore { pool, lifecycle_exchange: topology.lifecycle(), deliveries_queue: topology.deliveries() }
+        PgStore {
+            pool,
+            lifecycle_exchange: topology.lifecycle(),
+            deliveries_queue: topology.deliveries(),
+            bulk_queue: topology.work_queue(crate::broker::Lane::Bulk),
+        }
     }
 
     /// The pool, for health checks, migrations and tests.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The work queue of `lane`.
+    fn work_queue(&self, lane: crate::broker::Lane) -> &str {
+        match lane {
+            crate::broker::Lane::Default => &self.deliveries_queue,
+            crate::broker::Lane::Bulk => &self.bulk_queue,
+        }
     }
 
     pub(super) async fn ping(&self) -> StoreResult<()> {

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::{
-    broker::{DeliveryMessage, Envelope, Message},
+    broker::{DeliveryMessage, Envelope, Lane, Message},
     store::StoreResult,
 };
 
@@ -56,8 +56,10 @@ struct Row {
 }
 
 impl Row {
-    /// The message to publish; `None` when the delivery it names is gone.
-    fn payload(self) -> Option<Vec<u8>> {
+    /// The message to publish (its lane: that of the queue it goes to);
+    /// `None` when the delivery it names is gone.
+    fn payload(self, bulk_queue: &str) -> Option<Vec<u8>> {
+        let lane = if self.routing_key == bulk_queue { Lane::Bulk } else { Lane::Default };
         if let Some(payload) = self.payload {
             return Some(payload);
         }
@@ -71,6 +73,8 @@ impl Row {
             generation: self.generation,
             parks: 0,
             failures: 0,
+            pace_ticket: None,
+            lane,
             body: self.body?,
             event_created_at: self.event_created_at?,
         };
@@ -103,7 +107,7 @@ impl PgStore {
         let mut orphans = Vec::new();
         for row in rows {
             let (id, exchange, routing_key) = (row.id, row.exchange.clone(), row.routing_key.clone());
-            match row.payload() {
+            match row.payload(&self.bulk_queue) {
                 Some(payload) => ready.push(OutboxRow { id, exchange, routing_key, payload }),
                 None => orphans.push(id),
             }

@@ -83,7 +83,7 @@ impl PgStore {
         .bind(margin)
         .bind(batch)
         .bind(limit)
-        .bind(&self.deliveries_queue)
+        .bind(&self.bulk_queue)
         .execute(&mut *tx)
         .await?
         .rows_affected();

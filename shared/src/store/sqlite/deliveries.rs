@@ -59,7 +59,7 @@ impl SqliteStore {
                         attempts = attempts + ($4 IS NOT NULL),
                         next_attempt = coalesce($4 + 1, next_attempt),
                         force = CASE WHEN $4 IS NULL THEN force ELSE 0 END,
-                        claimed = 0, parks = 0, failures = 0, updated_at = $6
+                        claimed = 0, parks = 0, failures = 0, pace_ticket = NULL, updated_at = $6
                   WHERE id = $1 AND state NOT IN ('cancelled', 'succeeded')
                     AND ($5 IS NULL OR generation = $5) AND ($4 IS NULL OR $4 >= next_attempt)",
             )

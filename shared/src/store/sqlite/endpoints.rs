@@ -13,8 +13,8 @@ use crate::{
     store::{
         EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
         endpoints::{
-            activates, apply_update, category_names, created_details, narrows, normalised, parse_names, parse_optional,
-            previous_key, reason_name,
+            activates, apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
+            parse_optional, previous_key, reason_name,
         },
         health::FAILING_DAYS,
     },
@@ -36,6 +36,8 @@ struct Row {
     previous_private_key: Option<Vec<u8>>,
     previous_key_expires_at: Option<i64>,
     disabled_reason: Option<String>,
+    rate_limit_per_second: Option<i64>,
+    ordering: String,
     last_success_at: Option<i64>,
     last_failure_at: Option<i64>,
     failing_since: Option<i64>,
@@ -51,6 +53,7 @@ impl TryFrom<Row> for EndpointRecord {
         let (status, event_epoch, event_categories) = parse_names(&row.id, &row.status, &row.event_epoch, &categories)?;
         let (signature_scheme, disabled_reason) =
             parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
+        let (ordering, rate_limit_per_second) = parse_controls(&row.id, &row.ordering, row.rate_limit_per_second)?;
         let optional_time = |at: Option<i64>| at.map(time).transpose();
         let previous_key = previous_key(
             &row.id,
@@ -63,6 +66,8 @@ impl TryFrom<Row> for EndpointRecord {
             signature_scheme,
             previous_key,
             disabled_reason,
+            rate_limit_per_second,
+            ordering,
             health: Health {
                 last_success_at: optional_time(row.last_success_at)?,
                 last_failure_at: optional_time(row.last_failure_at)?,
@@ -84,7 +89,7 @@ impl TryFrom<Row> for EndpointRecord {
 
 const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
      signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
-     disabled_reason,
+     disabled_reason, rate_limit_per_second, ordering,
      (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
      (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
      (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
@@ -151,8 +156,8 @@ impl SqliteStore {
         ensure_developer(&mut tx, new.developer_id, now).await?;
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
-                                    signature_scheme, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $8, $8)
+                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -164,6 +169,8 @@ impl SqliteStore {
         .bind(&new.private_key)
         .bind(micros(now))
         .bind(new.signature_scheme.as_str())
+        .bind(new.rate_limit_per_second.map(i64::from))
+        .bind(new.ordering.as_str())
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -245,7 +252,8 @@ impl SqliteStore {
         sqlx::query(
             "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
                     public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
-                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13
+                    previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13,
+                    rate_limit_per_second = $14, ordering = $15
              WHERE id = $1",
         )
         .bind(&record.id)
@@ -261,6 +269,8 @@ impl SqliteStore {
         .bind(previous.map(|k| &k.public_key))
         .bind(previous.map(|k| &k.private_key))
         .bind(previous.map(|k| micros(k.expires_at)))
+        .bind(record.rate_limit_per_second.map(i64::from))
+        .bind(record.ordering.as_str())
         .execute(&mut *tx)
         .await?;
         if narrows(&changes) {
@@ -289,6 +299,8 @@ impl SqliteStore {
         }
         tx.commit().await?;
         self.announce(announced);
+        // A change of order or categories may let waiting deliveries go.
+        self.work.notify_one();
         Ok(UpdateOutcome::Updated(Box::new(record)))
     }
 

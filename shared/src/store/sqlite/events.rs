@@ -66,9 +66,10 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await?;
         let states: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at)
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at,
+                                     event_sequence, lane)
              SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
-                    CASE status WHEN 'active' THEN $3 END, $5, $5
+                    CASE status WHEN 'active' THEN $3 END, $5, $5, $6, $7
                FROM endpoints
               WHERE developer_id = $2 AND status <> 'deleted'
                 AND (json_array_length(event_categories) = 0
@@ -80,6 +81,8 @@ impl SqliteStore {
         .bind(created_at)
         .bind(event.category.as_str())
         .bind(now)
+        .bind(sequence)
+        .bind(event.lane.as_str())
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -235,11 +238,12 @@ impl SqliteStore {
         // generation this replaces, and its outcome will change nothing.
         sqlx::query(
             "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
-                                     next_attempt, force, claimed, created_at, updated_at)
-             VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4)
+                                     next_attempt, force, claimed, created_at, updated_at, event_sequence)
+             VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4, (SELECT sequence FROM events WHERE id = $1))
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = $4, updated_at = $4,
-                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0, failures = 0",
+                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0, failures = 0,
+                    pace_ticket = NULL, lane = 'default'",
         )
         .bind(event_id)
         .bind(&endpoint.id)
@@ -302,24 +306,25 @@ impl SqliteStore {
         .fetch_all(&mut *tx)
         .await?;
         let last_sequence = scanned.last().map(|row| row.2);
-        let wanted = scanned.into_iter().filter(|row| row.3).map(|(id, created_at, _, _)| (id, created_at));
+        let wanted = scanned.into_iter().filter(|row| row.3);
         let mut queued = 0;
-        for (event_id, created_at) in wanted {
+        for (event_id, created_at, sequence, _) in wanted {
             // As `send`: a new generation, one forced attempt.
             queued += sqlx::query(
                 "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
-                                         next_attempt, force, claimed, created_at, updated_at)
-                 VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4)
+                                         next_attempt, force, claimed, created_at, updated_at, event_sequence, lane)
+                 VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4, $5, 'bulk')
                  ON CONFLICT (endpoint_id, event_id) DO UPDATE
                     SET state = 'pending', next_attempt_at = $4, updated_at = $4,
                         generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0,
-                        parks = 0, failures = 0
+                        parks = 0, failures = 0, pace_ticket = NULL, lane = 'bulk'
                   WHERE deliveries.state IN ('failed', 'held')",
             )
             .bind(&event_id)
             .bind(&endpoint.id)
             .bind(created_at)
             .bind(now)
+            .bind(sequence)
             .execute(&mut *tx)
             .await?
             .rows_affected();

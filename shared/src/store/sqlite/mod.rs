@@ -65,6 +65,9 @@ pub struct SqliteStore {
     reader: SqlitePool,
     work: Arc<Notify>,
     changes: broadcast::Sender<EndpointChanged>,
+    /// The pace of endpoints with a rate limit: one process holds the data
+    /// directory, so it lives in memory.
+    pacer: Arc<super::pace::Pacer>,
 }
 
 impl SqliteStore {
@@ -102,7 +105,7 @@ impl SqliteStore {
             .await
             .with_context(|| format!("open {} for reading", file.display()))?;
         let (changes, _) = broadcast::channel(CHANGES_CAPACITY);
-        Ok(SqliteStore { writer, reader, work: Arc::new(Notify::new()), changes })
+        Ok(SqliteStore { writer, reader, work: Arc::new(Notify::new()), changes, pacer: Arc::default() })
     }
 
     /// Closes every connection, waiting for those in use; the writer last, so
@@ -123,6 +126,31 @@ impl SqliteStore {
     /// cache entry.
     pub fn changes(&self) -> broadcast::Receiver<EndpointChanged> {
         self.changes.subscribe()
+    }
+
+    pub(super) async fn take_pace(&self, endpoint_id: &str, limit: u32) -> StoreResult<super::pace::Ticket> {
+        Ok(self.pacer.take(endpoint_id, limit, crate::time::now()))
+    }
+
+    pub(super) async fn pace_start(&self, endpoint_id: &str, ticket: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(self.pacer.start_of(endpoint_id, ticket))
+    }
+
+    pub(super) async fn slow_pace(&self, endpoint_id: &str, paused_until: Option<DateTime<Utc>>) -> StoreResult<()> {
+        self.pacer.slow(endpoint_id, paused_until, crate::time::now());
+        Ok(())
+    }
+
+    /// Always [`Turn::Go`](super::Turn::Go): the queue hands out only the
+    /// lowest unsettled delivery of an ordered endpoint
+    /// ([`SqliteStore::claim_due`]).
+    pub(super) async fn take_turn(
+        &self,
+        _delivery_id: i64,
+        _generation: Option<i32>,
+        _endpoint_id: &str,
+    ) -> StoreResult<super::Turn> {
+        Ok(super::Turn::Go)
     }
 
     pub(super) async fn ping(&self) -> StoreResult<()> {

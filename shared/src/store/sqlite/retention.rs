@@ -95,6 +95,8 @@ mod tests {
     async fn endpoint(store: &SqliteStore, developer_id: Uuid, status: EndpointStatus) -> String {
         let new = NewEndpoint {
             signature_scheme: crate::model::SignatureScheme::Platform,
+            rate_limit_per_second: None,
+            ordering: crate::model::DeliveryOrder::None,
             id: format!("wep_{}", Uuid::new_v4().simple()),
             developer_id,
             url: "https://receiver.example/hook".into(),
@@ -123,6 +125,7 @@ mod tests {
             request_hash: None,
             body_head: "{\"event_sequence\":".into(),
             body_tail: "}".into(),
+            lane: crate::broker::Lane::Default,
         };
         store.ingest_event(&event).await.unwrap();
         id

@@ -48,6 +48,7 @@ fn event_at(developer_id: Uuid, category: Category, created_at: DateTime<Utc>) -
         request_hash: None,
         body_head: "{\"event_sequence\":".into(),
         body_tail: "}".into(),
+        lane: crate::broker::Lane::Default,
     }
 }
 
@@ -58,6 +59,8 @@ fn event(developer_id: Uuid) -> NewEvent {
 fn new_endpoint(developer_id: Uuid, event_epoch: EventEpoch, event_categories: Vec<Category>) -> NewEndpoint {
     NewEndpoint {
         signature_scheme: crate::model::SignatureScheme::Platform,
+        rate_limit_per_second: None,
+        ordering: crate::model::DeliveryOrder::None,
         id: format!("wep_{}", Uuid::new_v4().simple()),
         developer_id,
         url: "https://receiver.example/hook".into(),
@@ -120,7 +123,15 @@ fn outcome(
     generation: Option<i32>,
     log: Option<DeliveryLog>,
 ) -> AttemptRecord {
-    AttemptRecord { delivery_id, state, next_attempt_at: None, log, endpoint_id: endpoint_id.to_owned(), generation }
+    AttemptRecord {
+        delivery_id,
+        state,
+        next_attempt_at: None,
+        log,
+        endpoint_id: endpoint_id.to_owned(),
+        generation,
+        ordered: false,
+    }
 }
 
 #[tokio::test]
@@ -228,7 +239,7 @@ async fn ingest_queues_for_active_endpoints_and_holds_for_disabled_ones() {
     assert_eq!((outcome.sequence, outcome.pending, outcome.held), (1, 1, 1));
     tokio::time::timeout(Duration::from_secs(1), work.notified()).await.expect("queue woken");
 
-    let messages = store.claim_due(10).await.unwrap();
+    let messages = store.claim_due(10, 10).await.unwrap();
     assert_eq!(messages.len(), 1);
     let message = &messages[0];
     assert_eq!(
@@ -253,14 +264,14 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     store.ingest_event(&new).await.unwrap();
     tokio::time::timeout(Duration::from_secs(1), work.notified()).await.expect("queue woken");
 
-    let first = store.claim_due(10).await.unwrap();
+    let first = store.claim_due(10, 10).await.unwrap();
     assert_eq!(first.len(), 1);
     let delivery = first[0].delivery_id;
-    assert!(store.claim_due(10).await.unwrap().is_empty(), "a claimed delivery is not handed out twice");
-    assert_eq!(store.next_due_at().await.unwrap(), None);
+    assert!(store.claim_due(10, 10).await.unwrap().is_empty(), "a claimed delivery is not handed out twice");
+    assert_eq!(store.next_due_at(true).await.unwrap(), None);
 
     assert_eq!(store.release_claims().await.unwrap(), 1);
-    let again = store.claim_due(10).await.unwrap();
+    let again = store.claim_due(10, 10).await.unwrap();
     assert_eq!(again, first, "a released claim is due again, unchanged");
 
     // A failed first attempt: retried an hour from now, not before.
@@ -274,25 +285,28 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
         queue_row(store, delivery).await,
         ("retrying".into(), 0, 1, 2, false, false, Some(retry_at.timestamp_micros()))
     );
-    assert!(store.claim_due(10).await.unwrap().is_empty(), "not due before its time");
-    assert_eq!(store.next_due_at().await.unwrap(), Some(retry_at));
+    assert!(store.claim_due(10, 10).await.unwrap().is_empty(), "not due before its time");
+    assert_eq!(store.next_due_at(true).await.unwrap(), Some(retry_at));
     assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Current);
 
     // Brought forward, it is due with the next attempt number.
-    store.defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1), Some((1, 0))).await.unwrap();
-    let retry = store.claim_due(10).await.unwrap();
+    store
+        .defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1), Some((1, 0)), None)
+        .await
+        .unwrap();
+    let retry = store.claim_due(10, 10).await.unwrap();
     assert_eq!(retry.len(), 1);
     assert_eq!((retry[0].attempt, retry[0].force, retry[0].generation), (2, false, Some(0)));
     assert_eq!((retry[0].parks, retry[0].failures), (1, 0), "a deferral keeps the message's counts");
 
     // A deferral of another generation changes nothing: the claim stays.
-    store.defer(delivery, Some(5), crate::time::now(), Some((3, 3))).await.unwrap();
+    store.defer(delivery, Some(5), crate::time::now(), Some((3, 3)), None).await.unwrap();
     assert!(queue_row(store, delivery).await.5, "still claimed");
 
     // `send` re-arms it: next generation, first attempt, forced, due now.
     assert_eq!(store.send_event(&active, &new.id).await.unwrap(), SendOutcome::Queued);
     tokio::time::timeout(Duration::from_secs(1), work.notified()).await.expect("queue woken");
-    let sent = store.claim_due(10).await.unwrap();
+    let sent = store.claim_due(10, 10).await.unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].delivery_id, sent[0].attempt, sent[0].force, sent[0].generation), (delivery, 1, true, Some(1)));
     assert_eq!((sent[0].parks, sent[0].failures), (0, 0), "a new generation starts unparked");
@@ -310,7 +324,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     store.record_attempts(&[delivered]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await, ("succeeded".into(), 1, 2, 2, false, false, None));
     assert_eq!(store.retry_standing(delivery, Some(1), 2).await.unwrap(), RetryStanding::Superseded);
-    assert_eq!(store.next_due_at().await.unwrap(), None);
+    assert_eq!(store.next_due_at(true).await.unwrap(), None);
     assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 3, "every attempt is logged");
 }
 
@@ -322,7 +336,7 @@ async fn the_state_never_goes_backwards() {
     let active = endpoint(store, developer, vec![], EndpointStatus::Active).await;
     let new = event(developer);
     store.ingest_event(&new).await.unwrap();
-    let delivery = store.claim_due(1).await.unwrap()[0].delivery_id;
+    let delivery = store.claim_due(1, 1).await.unwrap()[0].delivery_id;
     let at = |attempt, state| {
         let mut record = outcome(delivery, &active.id, state, Some(0), Some(log(&new.id, attempt, crate::time::now())));
         record.next_attempt_at = (state == DeliveryState::Retrying).then(crate::time::now);
@@ -355,7 +369,7 @@ async fn deleting_an_endpoint_cancels_its_deliveries_for_good() {
     let active = endpoint(store, developer, vec![], EndpointStatus::Active).await;
     let new = event(developer);
     store.ingest_event(&new).await.unwrap();
-    let claimed = store.claim_due(1).await.unwrap();
+    let claimed = store.claim_due(1, 1).await.unwrap();
 
     let mut changes = store.changes();
     store.delete_endpoint(developer, &active.id, BY).await.unwrap().expect("deleted");
@@ -382,7 +396,7 @@ async fn updates_record_one_change_per_field() {
         url: Some("https://elsewhere.example/".into()),
         status: Some(EndpointStatus::Active),
         event_categories: Some(vec![Category::Transfer, Category::Customer, Category::Transfer]),
-        new_key: None,
+        ..EndpointUpdate::default()
     };
     let UpdateOutcome::Updated(updated) = store.update_endpoint(developer, &disabled.id, update, BY).await.unwrap()
     else {
@@ -414,9 +428,9 @@ async fn send_checks_the_event_and_the_endpoint() {
     assert_eq!(store.send_event(&transfers, &customer.id).await.unwrap(), SendOutcome::NotForEndpoint);
     let transfer = event_at(developer, Category::Transfer, crate::time::now());
     store.ingest_event(&transfer).await.unwrap();
-    assert!(store.claim_due(10).await.unwrap().is_empty(), "held for a disabled endpoint");
+    assert!(store.claim_due(10, 10).await.unwrap().is_empty(), "held for a disabled endpoint");
     assert_eq!(store.send_event(&transfers, &transfer.id).await.unwrap(), SendOutcome::Queued);
-    let sent = store.claim_due(10).await.unwrap();
+    let sent = store.claim_due(10, 10).await.unwrap();
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].event_id.as_str(), sent[0].force, sent[0].generation), (transfer.id.as_str(), true, Some(1)));
 }
@@ -488,7 +502,7 @@ async fn logs_page_newest_first() {
     let active = endpoint(store, developer, vec![], EndpointStatus::Active).await;
     let new = event(developer);
     store.ingest_event(&new).await.unwrap();
-    let delivery = store.claim_due(1).await.unwrap()[0].delivery_id;
+    let delivery = store.claim_due(1, 1).await.unwrap()[0].delivery_id;
     let t0 = crate::time::now();
     let logs: Vec<DeliveryLog> =
         (0..5).map(|i| log(&new.id, i + 1, t0 + chrono::Duration::seconds(i64::from(i / 2)))).collect();
@@ -585,7 +599,7 @@ async fn data_survives_closing_and_reopening() {
     );
     let events = store.list_events(developer, &EventPage { limit: 10, ..EventPage::default() }).await.unwrap().unwrap();
     assert_eq!(events.iter().map(|e| e.body.as_str()).collect::<Vec<_>>(), [first.body.as_str()]);
-    assert_eq!(store.claim_due(10).await.unwrap().len(), 1, "the queued delivery survived");
+    assert_eq!(store.claim_due(10, 10).await.unwrap().len(), 1, "the queued delivery survived");
     assert_eq!(store.ingest_event(&event(developer)).await.unwrap().sequence, 2);
 
     let deleted = store.delete_api_key(developer, created.id).await.unwrap().unwrap();

@@ -1,0 +1,291 @@
+//! Delivery controls per endpoint (API.md §8.5): `rate_limit_per_second`
+//! keeps deliveries under a pace across every dispatcher, slowed by a 429 and
+//! never failing a delivery for it; `ordering: ordered` delivers in
+//! `event_sequence` order, a failing event holding back its own endpoint only.
+
+mod common;
+
+use std::{
+    collections::HashSet,
+    time::{Duration, SystemTime},
+};
+
+use common::*;
+use serde_json::{Value, json};
+use tests::{ApiOptions, Backend, RecordedRequest, Reply, TestApi, WAIT};
+
+/// The `event_sequence` of a delivered event.
+fn sequence(request: &RecordedRequest) -> i64 {
+    request.json().ok().and_then(|body| body["event_sequence"].as_i64()).expect("a delivered event")
+}
+
+fn succeeded(request: &RecordedRequest) -> bool {
+    (200..300).contains(&request.answered)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controls_are_shown_changed_and_checked() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+
+    let plain = create(&api, &key, json!({ "url": receiver.url() })).await;
+    assert_eq!((&plain["rate_limit_per_second"], &plain["ordering"]), (&Value::Null, &json!("none")), "{plain}");
+
+    let body = json!({ "url": receiver.url(), "rate_limit_per_second": 20, "ordering": "ordered" });
+    let controlled = create(&api, &key, body).await;
+    assert_eq!((&controlled["rate_limit_per_second"], &controlled["ordering"]), (&json!(20), &json!("ordered")));
+    let path = format!("/webhooks/{}", id(&controlled));
+    assert_eq!(api.get(&path, &key).await.expect(200), &controlled);
+
+    // Absent leaves a control alone; null removes the limit.
+    let renamed = api.put(&path, &key, &json!({ "event_categories": ["transfer"] })).await;
+    assert_eq!(renamed.expect(200)["rate_limit_per_second"], 20);
+    let changed = api.put(&path, &key, &json!({ "rate_limit_per_second": 500, "ordering": "none" })).await;
+    let changed = changed.expect(200);
+    assert_eq!((&changed["rate_limit_per_second"], &changed["ordering"]), (&json!(500), &json!("none")));
+    let unlimited = api.put(&path, &key, &json!({ "rate_limit_per_second": null })).await;
+    assert_eq!(unlimited.expect(200)["rate_limit_per_second"], Value::Null);
+
+    for bad in [json!(0), json!(10_001), json!(-1), json!(2.5), json!("20")] {
+        let create = api.post("/webhooks", &key, &json!({ "url": receiver.url(), "rate_limit_per_second": bad })).await;
+        create.expect_error_at(400, "invalid", "body", "rate_limit_per_second");
+        let put = api.put(&path, &key, &json!({ "rate_limit_per_second": bad })).await;
+        put.expect_error_at(400, "invalid", "body", "rate_limit_per_second");
+    }
+    for bad in [json!("random"), json!(true)] {
+        let put = api.put(&path, &key, &json!({ "ordering": bad })).await;
+        put.expect_error_at(400, "invalid", "body", "ordering");
+    }
+    // A refused change changed nothing.
+    assert_eq!(api.get(&path, &key).await.expect(200)["rate_limit_per_second"], Value::Null);
+
+    api.shutdown().await.unwrap();
+}
+
+/// An ordered endpoint whose receiver fails every third event's first
+/// attempt, and another whose receiver refuses one event for good: each
+/// gets its events in sequence, every one once with success, and the second
+/// holds only its own later events while its failing one is retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
+    let options = ApiOptions { retry_schedule: Some("200ms,200ms".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    // Two dispatchers compete for the messages (one in standalone mode).
+    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
+    if Backend::from_env() == Backend::Distributed {
+        dispatchers.push(api.start_dispatcher().await.unwrap());
+    }
+    let key = api.new_developer().await;
+
+    let flaky = api.receiver().await;
+    flaky.reply_with(|request, before| {
+        let seen = before.iter().any(|b| b.header("x-webhook-id") == request.header("x-webhook-id"));
+        if !seen && sequence(request) % 3 == 0 { Reply::status(500) } else { Reply::ok() }
+    });
+    let stuck = api.receiver().await;
+    let ordered = |url: String| json!({ "url": url, "ordering": "ordered" });
+    let a = active_endpoint_with(&api, &key, ordered(flaky.url())).await;
+    let b = active_endpoint_with(&api, &key, ordered(stuck.url())).await;
+    // Unordered, beside them: never held by either.
+    let free = api.receiver().await;
+    active_endpoint(&api, &key, &free.url()).await;
+
+    let first = ingest(&api, key.developer_id(), "transfer", 0).await;
+    let refused = first["event_sequence"].as_i64().unwrap() + 2;
+    stuck.reply_with(move |request, _| if sequence(request) == refused { Reply::status(500) } else { Reply::ok() });
+    let mut events = vec![first];
+    events.extend(ingest_many(&api, key.developer_id(), "transfer", 29, 8).await);
+    let mut sequences: Vec<i64> = events.iter().map(|e| e["event_sequence"].as_i64().unwrap()).collect();
+    sequences.sort_unstable();
+
+    // In the middle, a dispatcher stops and another takes over.
+    flaky.wait_for(10).await.unwrap();
+    dispatchers.remove(0).stop().await.unwrap();
+    dispatchers.push(api.start_dispatcher().await.unwrap());
+
+    wait_for_distinct(&free, 30, WAIT).await;
+    for (receiver, name, count) in [(&flaky, "flaky", 30), (&stuck, "stuck", 29)] {
+        eventually(&format!("{name}: every event delivered"), WAIT, async || {
+            let delivered: HashSet<i64> = receiver.requests().iter().filter(|r| succeeded(r)).map(sequence).collect();
+            if delivered.len() == count { Ok(()) } else { Err(format!("{} of {count}", delivered.len())) }
+        })
+        .await;
+    }
+
+    for (receiver, name) in [(&flaky, "flaky"), (&stuck, "stuck")] {
+        let requests = receiver.requests();
+        // An event is settled at its success, or (the refused one) at its
+        // last try. Each request came only after every earlier event settled.
+        let settled_at = |s: i64| {
+            let tries: Vec<usize> = (0..requests.len()).filter(|i| sequence(&requests[*i]) == s).collect();
+            tries.iter().copied().find(|i| succeeded(&requests[*i])).or(tries.last().copied())
+        };
+        let answers: Vec<(i64, u16)> = requests.iter().map(|r| (sequence(r), r.answered)).collect();
+        for (i, request) in requests.iter().enumerate() {
+            let s = sequence(request);
+            for earlier in sequences.iter().copied().take_while(|e| *e < s) {
+                assert!(
+                    settled_at(earlier).is_some_and(|at| at < i),
+                    "{name}: event {s} was sent before event {earlier} settled: {answers:?}"
+                );
+            }
+        }
+        let delivered: Vec<i64> = requests.iter().filter(|r| succeeded(r)).map(sequence).collect();
+        let expected: Vec<i64> = sequences.iter().copied().filter(|s| !(name == "stuck" && *s == refused)).collect();
+        assert_eq!(delivered, expected, "{name}: each event delivered once, in sequence");
+    }
+    // The refused event was tried three times (the schedule), then failed.
+    assert_eq!(stuck.requests().iter().filter(|r| sequence(r) == refused).count(), 3);
+    eventually("the refused event is failed", WAIT, async || {
+        let upcoming = upcoming_ids(&api, &key, &b).await;
+        if upcoming.is_empty() { Ok(()) } else { Err(format!("{upcoming:?}")) }
+    })
+    .await;
+    assert!(upcoming_ids(&api, &key, &a).await.is_empty());
+
+    for mut dispatcher in dispatchers {
+        dispatcher.stop().await.unwrap();
+    }
+    api.shutdown().await.unwrap();
+}
+
+/// Receivers that answer 429 to every request beyond `limit` in the last
+/// second: the pace, set higher, comes down to what the receiver takes, and
+/// every event is delivered (none fails for being throttled).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttling_receiver_sets_the_pace_and_nothing_fails() {
+    const LIMIT: usize = 20;
+    const EVENTS: usize = 200;
+    let options = ApiOptions { retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
+    if Backend::from_env() == Backend::Distributed {
+        dispatchers.push(api.start_dispatcher().await.unwrap());
+    }
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_with(|request, before| {
+        let second_ago = request.received_at - Duration::from_secs(1);
+        let recent = before.iter().rev().take_while(|b| b.received_at > second_ago).filter(|b| succeeded(b)).count();
+        if recent >= LIMIT { Reply::status(429) } else { Reply::ok() }
+    });
+    let webhook = active_endpoint_with(&api, &key, json!({ "url": receiver.url(), "rate_limit_per_second": 40 })).await;
+
+    let started = SystemTime::now();
+    ingest_many(&api, key.developer_id(), "transfer", EVENTS, 16).await;
+    let delivered = eventually("every event delivered", Duration::from_secs(60), async || {
+        let ok: Vec<RecordedRequest> = receiver.requests().into_iter().filter(succeeded).collect();
+        if ok.len() >= EVENTS { Ok(ok) } else { Err(format!("{} of {EVENTS}", ok.len())) }
+    })
+    .await;
+    let distinct: HashSet<i64> = delivered.iter().map(sequence).collect();
+    assert_eq!((delivered.len(), distinct.len()), (EVENTS, EVENTS), "each event delivered once");
+
+    let requests = receiver.requests();
+    let throttled = requests.iter().filter(|r| r.answered == 429).count();
+    let span = delivered.last().unwrap().received_at.duration_since(started).unwrap().as_secs_f64();
+    let rate = EVENTS as f64 / span;
+    eprintln!(
+        "{EVENTS} events in {span:.1} s: {rate:.1}/s against a receiver taking {LIMIT}/s; \
+         {throttled} of {} requests throttled",
+        requests.len()
+    );
+    // Close to what the receiver takes: no slower than half of it, and the
+    // pace came down rather than hammering (most requests were accepted).
+    assert!(rate >= LIMIT as f64 / 2.0, "{rate:.1}/s is far below {LIMIT}/s");
+    assert!(throttled * 3 < requests.len(), "{throttled} of {} requests throttled", requests.len());
+    // Nothing failed for good: nothing is upcoming, every log entry is a
+    // success or a 429.
+    assert!(upcoming_ids(&api, &key, &webhook).await.is_empty());
+
+    for mut dispatcher in dispatchers {
+        dispatcher.stop().await.unwrap();
+    }
+    api.shutdown().await.unwrap();
+}
+
+/// The pace holds across dispatchers: at 10 per second, 40 events take about
+/// four seconds, and no second sees more than the limit (and one of slack
+/// for a start on the second's edge).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pace_holds_across_dispatchers() {
+    const RATE: usize = 10;
+    const EVENTS: usize = 40;
+    let api = TestApi::start().await.unwrap();
+    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
+    if Backend::from_env() == Backend::Distributed {
+        dispatchers.push(api.start_dispatcher().await.unwrap());
+    }
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    active_endpoint_with(&api, &key, json!({ "url": receiver.url(), "rate_limit_per_second": RATE })).await;
+
+    ingest_many(&api, key.developer_id(), "transfer", EVENTS, 16).await;
+    let requests = receiver.wait_for_within(EVENTS, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(distinct_ids(&receiver).len(), EVENTS);
+    let times: Vec<i64> = requests.iter().map(RecordedRequest::received_at_ms).collect();
+    let span = (times[EVENTS - 1] - times[0]) as f64 / 1000.0;
+    let busiest = times.iter().map(|t| times.iter().filter(|u| **u >= *t && **u < t + 1000).count()).max().unwrap_or(0);
+    let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!(
+        "{EVENTS} events at {RATE}/s: {span:.2} s from first to last; at most {busiest} in one second; gaps {gaps:?}"
+    );
+    assert!(busiest <= RATE + 1, "{busiest} deliveries within one second at a limit of {RATE}");
+    assert!(span >= (EVENTS - RATE - 1) as f64 / RATE as f64, "{EVENTS} deliveries in {span:.2} s");
+
+    for mut dispatcher in dispatchers {
+        dispatcher.stop().await.unwrap();
+    }
+    api.shutdown().await.unwrap();
+}
+
+/// While one developer has a backlog a dispatcher needs seconds to drain,
+/// another's events arrive at once: the backlog, beyond its developer's fair
+/// share, waits in the bulk lane, which never takes every slot. Then the
+/// backlog drains whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_developers_backlog_does_not_hold_up_another() {
+    const BACKLOG: usize = 600;
+    let options = ApiOptions {
+        extra_args: ["--fair-share-per-second", "10", "--fair-share-burst", "20"].map(String::from).to_vec(),
+        delivery_args: ["--dispatcher-concurrency", "8", "--dispatcher-endpoint-concurrency", "8"]
+            .map(String::from)
+            .to_vec(),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let (a, b) = (api.new_developer().await, api.new_developer().await);
+    let busy = api.receiver().await;
+    // 8 slots at 50 ms each: at most 160 deliveries a second for everyone.
+    busy.reply_always(Reply::ok().after(Duration::from_millis(50)));
+    let quiet = api.receiver().await;
+    active_endpoint(&api, &a, &busy.url()).await;
+    active_endpoint(&api, &b, &quiet.url()).await;
+
+    ingest_many(&api, a.developer_id(), "transfer", BACKLOG, 16).await;
+    let mut latencies = Vec::new();
+    for n in 0..20 {
+        let sent = SystemTime::now();
+        let event = ingest(&api, b.developer_id(), "transfer", n).await;
+        let arrived = eventually("B's event arrives", WAIT, async || {
+            let found = quiet.requests().into_iter().find(|r| r.header("x-webhook-id") == event["event_id"].as_str());
+            found.ok_or_else(|| "not yet".to_owned())
+        })
+        .await;
+        latencies.push(arrived.received_at.duration_since(sent).unwrap_or_default());
+    }
+    let waiting = BACKLOG.saturating_sub(distinct_ids(&busy).len());
+    latencies.sort();
+    let (p50, worst) = (latencies[latencies.len() / 2], latencies[latencies.len() - 1]);
+    eprintln!("B's events with {waiting} of A's still waiting: p50 {p50:?}, slowest {worst:?}");
+    assert!(waiting > 100, "A's backlog drained before B was measured ({waiting} left): no contention shown");
+    assert!(worst < Duration::from_secs(1), "B waited {worst:?} behind A's backlog");
+
+    // A's backlog is not starved: all of it arrives, each once.
+    wait_for_distinct(&busy, BACKLOG, Duration::from_secs(60)).await;
+    assert_eq!(busy.count(), BACKLOG);
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
