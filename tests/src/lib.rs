@@ -17,7 +17,9 @@
 //! - [`tally`]: a counting receiver for long runs; [`producer`]: events at a
 //!   steady rate with idempotent retries, and the accounting of a run;
 //! - [`faults`]: the fault run (`webhooks-faults`, `tests/tests/faults.rs`);
-//!   [`flags`]: the tool binaries' flags.
+//!   [`flags`]: the tool binaries' flags;
+//! - [`outside`]: nginx and wrk, the outside programs the benchmark
+//!   (`webhooks-bench`) measures against.
 //!
 //! Every test builds its own [`api::TestApi`], so tests share nothing but the
 //! servers. Use `#[tokio::test(flavor = "multi_thread")]`: clean-up after a
@@ -36,6 +38,7 @@ pub mod expect;
 pub mod faults;
 pub mod flags;
 mod flight;
+pub mod outside;
 pub mod procs;
 pub mod producer;
 pub mod receiver;
