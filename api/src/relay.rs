@@ -15,12 +15,44 @@ use lapin::{
 };
 use shared::{
     broker::{self, Topology},
-    store::pg::PgStore,
+    store::pg::{OUTBOX_CHANNEL, PgStore},
 };
+use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+
+/// Wakes the relay when another process wrote outbox rows (a dispatcher
+/// that released an ordered endpoint's next delivery) and said so on
+/// [`OUTBOX_CHANNEL`]; the slow scan stays the safety net while it cannot
+/// listen.
+async fn listen(store: PgStore, wake: Arc<Notify>, shutdown: CancellationToken) {
+    while !shutdown.is_cancelled() {
+        match PgListener::connect_with(store.pool()).await {
+            Ok(mut listener) => match listener.listen(OUTBOX_CHANNEL).await {
+                Ok(()) => loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        notified = listener.recv() => match notified {
+                            Ok(_) => wake.notify_one(),
+                            Err(error) => {
+                                tracing::warn!(%error, "outbox notifications ended; listening again");
+                                break;
+                            }
+                        },
+                    }
+                },
+                Err(error) => tracing::warn!(%error, "cannot listen for outbox notifications"),
+            },
+            Err(error) => tracing::debug!(%error, "cannot connect to listen for outbox notifications"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(SCAN_EVERY) => {}
+        }
+    }
+}
 
 /// Rows published per round.
 const BATCH: i64 = 500;
@@ -55,12 +87,14 @@ impl Relay {
     /// Runs until `shutdown`; then publishes what is already committed, within
     /// a short deadline, so a clean stop leaves nothing behind needlessly.
     pub async fn run(self, shutdown: CancellationToken) {
+        let listening = tokio::spawn(listen(self.store.clone(), self.wake.clone(), shutdown.clone()));
         shared::broker::reconnecting("outbox relay", &shutdown, || async {
             let result = self.session(&shutdown).await;
             self.broker_up.send_replace(false);
             result
         })
         .await;
+        let _ = listening.await;
     }
 
     async fn session(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {

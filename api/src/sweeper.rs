@@ -46,6 +46,9 @@ impl Sweeper {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(self.interval) => {}
             }
+            // Whatever the queues hold: a turn no settling handed on is
+            // stranded however long the queues are.
+            self.release_turns().await;
             match self.work_queue_depth().await {
                 Ok(0) => {}
                 Ok(ready) => {
@@ -114,8 +117,12 @@ impl Sweeper {
         if total.failed > 0 {
             tracing::error!(failed = total.failed, "deliveries queued again {SWEEP_LIMIT} times in vain; failed");
         }
-        // Turns of ordered endpoints that no settling handed on (a delivery
-        // failed above, or cancelled by narrowed categories).
+    }
+
+    /// Releases the turns of ordered endpoints that no settling handed on (a
+    /// delivery the sweeper failed, one cancelled by narrowed categories, an
+    /// endpoint switched to ordered while a delivery was in flight).
+    async fn release_turns(&self) {
         match self.store.release_stalled_turns(BATCH).await {
             Ok(0) => {}
             Ok(released) => {

@@ -181,6 +181,12 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         }
     }
 
+    let Some(_slot) = context.endpoint_slot(&endpoint.id).await else {
+        return defer(context, ticket, &message, "deferred").await;
+    };
+
+    // The pace after the slot: a ticket taken is a start used, not a hole
+    // left by a message that found the endpoint full.
     match pace(context, &endpoint, &message).await {
         Ok(None) => {}
         Ok(Some((booked, wait))) => return ticket.defer(context, &booked, wait, "paced").await,
@@ -189,10 +195,6 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             return park(context, ticket, &message, "cannot book the pace").await;
         }
     }
-
-    let Some(_slot) = context.endpoint_slot(&endpoint.id).await else {
-        return defer(context, ticket, &message, "deferred").await;
-    };
 
     if message.attempt == 1 {
         let lag = (Utc::now() - message.event_created_at).to_std().unwrap_or_default();

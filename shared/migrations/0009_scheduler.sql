@@ -15,16 +15,18 @@ ALTER TABLE deliveries ADD COLUMN event_sequence bigint;
 -- The pace of each paced endpoint, shared by every dispatcher: attempts take
 -- tickets in order (`tickets`: the next to hand out), and ticket k starts at
 -- anchor_at + (k - anchor_ticket) / rate. A 429 or 503 (at `slowed_at`)
--- lowers the rate and moves the anchor to the ticket due then, so tickets
--- handed out already start later. UNLOGGED: a crash only forgets a schedule
--- that rebuilds itself with the next attempt.
+-- lowers the rate and moves the anchor to the ticket due then, or to the end
+-- of its Retry-After (`paused_until`), so tickets handed out already start
+-- later. UNLOGGED: a crash only forgets a schedule that rebuilds itself with
+-- the next attempt.
 CREATE UNLOGGED TABLE endpoint_pace (
     endpoint_id   text PRIMARY KEY,
     tickets       bigint NOT NULL,
     anchor_ticket double precision NOT NULL,
     anchor_at     timestamptz NOT NULL,
     rate          double precision NOT NULL,
-    slowed_at     timestamptz
+    slowed_at     timestamptz,
+    paused_until  timestamptz
 );
 
 -- Deliveries still owed get their event's sequence; later ones get it when

@@ -12,7 +12,10 @@ use std::{
 
 use common::*;
 use serde_json::{Value, json};
-use tests::{ApiOptions, Backend, RecordedRequest, Reply, TestApi, WAIT};
+use tests::{
+    ApiOptions, Backend, Receiver, RecordedRequest, Reply, TestApi, WAIT,
+    procs::{Programs, Stack, StackOptions},
+};
 
 /// The `event_sequence` of a delivered event.
 fn sequence(request: &RecordedRequest) -> i64 {
@@ -21,6 +24,36 @@ fn sequence(request: &RecordedRequest) -> i64 {
 
 fn succeeded(request: &RecordedRequest) -> bool {
     (200..300).contains(&request.answered)
+}
+
+/// Fails the first attempt of every third event, by its sequence.
+fn fail_every_third_first_attempt(receiver: &Receiver) {
+    receiver.reply_with(|request, before| {
+        let seen = before.iter().any(|b| b.header("x-webhook-id") == request.header("x-webhook-id"));
+        if !seen && sequence(request) % 3 == 0 { Reply::status(500) } else { Reply::ok() }
+    });
+}
+
+/// Asserts that each request to `receiver` came only after every event
+/// before it (of `sequences`) settled: its first success, or its last try
+/// when it never succeeded. A repeat of an event (after a crash) is allowed.
+#[track_caller]
+fn assert_in_turn(name: &str, receiver: &Receiver, sequences: &[i64]) {
+    let requests = receiver.requests();
+    let settled_at = |s: i64| {
+        let tries: Vec<usize> = (0..requests.len()).filter(|i| sequence(&requests[*i]) == s).collect();
+        tries.iter().copied().find(|i| succeeded(&requests[*i])).or(tries.last().copied())
+    };
+    let answers: Vec<(i64, u16)> = requests.iter().map(|r| (sequence(r), r.answered)).collect();
+    for (i, request) in requests.iter().enumerate() {
+        let s = sequence(request);
+        for earlier in sequences.iter().copied().take_while(|e| *e < s) {
+            assert!(
+                settled_at(earlier).is_some_and(|at| at < i),
+                "{name}: event {s} was sent before event {earlier} settled: {answers:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -79,10 +112,7 @@ async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     let key = api.new_developer().await;
 
     let flaky = api.receiver().await;
-    flaky.reply_with(|request, before| {
-        let seen = before.iter().any(|b| b.header("x-webhook-id") == request.header("x-webhook-id"));
-        if !seen && sequence(request) % 3 == 0 { Reply::status(500) } else { Reply::ok() }
-    });
+    fail_every_third_first_attempt(&flaky);
     let stuck = api.receiver().await;
     let ordered = |url: String| json!({ "url": url, "ordering": "ordered" });
     let a = active_endpoint_with(&api, &key, ordered(flaky.url())).await;
@@ -114,23 +144,8 @@ async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     }
 
     for (receiver, name) in [(&flaky, "flaky"), (&stuck, "stuck")] {
+        assert_in_turn(name, receiver, &sequences);
         let requests = receiver.requests();
-        // An event is settled at its success, or (the refused one) at its
-        // last try. Each request came only after every earlier event settled.
-        let settled_at = |s: i64| {
-            let tries: Vec<usize> = (0..requests.len()).filter(|i| sequence(&requests[*i]) == s).collect();
-            tries.iter().copied().find(|i| succeeded(&requests[*i])).or(tries.last().copied())
-        };
-        let answers: Vec<(i64, u16)> = requests.iter().map(|r| (sequence(r), r.answered)).collect();
-        for (i, request) in requests.iter().enumerate() {
-            let s = sequence(request);
-            for earlier in sequences.iter().copied().take_while(|e| *e < s) {
-                assert!(
-                    settled_at(earlier).is_some_and(|at| at < i),
-                    "{name}: event {s} was sent before event {earlier} settled: {answers:?}"
-                );
-            }
-        }
         let delivered: Vec<i64> = requests.iter().filter(|r| succeeded(r)).map(sequence).collect();
         let expected: Vec<i64> = sequences.iter().copied().filter(|s| !(name == "stuck" && *s == refused)).collect();
         assert_eq!(delivered, expected, "{name}: each event delivered once, in sequence");
@@ -288,4 +303,71 @@ async fn one_developers_backlog_does_not_hold_up_another() {
     assert_eq!(busy.count(), BACKLOG);
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
+}
+
+/// The order holds when processes die mid-delivery: dispatchers (or the
+/// standalone process) are killed with SIGKILL and replaced while an ordered
+/// endpoint's events go out, every third failing its first attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_order_holds_through_kill_9() {
+    const EVENTS: usize = 40;
+    let backend = Backend::from_env();
+    let programs = Programs::at(env!("CARGO_BIN_EXE_api-process"), env!("CARGO_BIN_EXE_dispatcher-process"));
+    let options = StackOptions { retry_schedule: "300ms,300ms,300ms".into(), ..StackOptions::new(backend, "ordering") };
+    let mut stack = Stack::start(programs, options).await.unwrap();
+    if backend == Backend::Distributed {
+        stack.start_dispatcher().await.unwrap();
+        stack.start_dispatcher().await.unwrap();
+    }
+    let (key, developer) = stack.create_key(None).await.unwrap();
+    let receiver = Receiver::start(&stack.ca).await.unwrap();
+    // Slow enough that kills land while attempts are in flight.
+    let flaky = |request: &RecordedRequest, before: &[RecordedRequest]| {
+        let seen = before.iter().any(|b| b.header("x-webhook-id") == request.header("x-webhook-id"));
+        let reply = if !seen && sequence(request) % 3 == 0 { Reply::status(500) } else { Reply::ok() };
+        reply.after(Duration::from_millis(40))
+    };
+    receiver.reply_with(flaky);
+    let webhook = stack.active_endpoint(&key, &receiver.url(), &[]).await.unwrap();
+    let path = format!("{}/webhooks/{}", stack.api_url(), id(&webhook));
+    let ordered = stack.client.put(&path).header("Api-Key", &key).json(&json!({ "ordering": "ordered" }));
+    assert_eq!(ordered.send().await.unwrap().status(), 200);
+
+    let mut sequences = Vec::new();
+    for n in 0..EVENTS {
+        let response = stack.client.post(stack.ingest_url()).json(&event_input(developer, "transfer", n));
+        let event: Value = response.send().await.unwrap().json().await.unwrap();
+        sequences.push(event["event_sequence"].as_i64().expect("an accepted event"));
+    }
+    sequences.sort_unstable();
+
+    // Three kills, each once a few more events have arrived.
+    for kill in 1..=3 {
+        receiver.wait_for(kill * EVENTS / 5).await.unwrap();
+        match backend {
+            Backend::Distributed => {
+                let victim = stack.dispatchers.remove(0);
+                victim.kill().await.unwrap();
+                stack.start_dispatcher().await.unwrap();
+            }
+            Backend::Standalone => {
+                stack.api.take().expect("standalone runs").kill().await.unwrap();
+                stack.start_api().await.unwrap();
+            }
+        }
+    }
+    eventually("every event delivered", Duration::from_secs(90), async || {
+        let delivered: HashSet<i64> = receiver.requests().iter().filter(|r| succeeded(r)).map(sequence).collect();
+        if delivered.len() == EVENTS { Ok(()) } else { Err(format!("{} of {EVENTS}", delivered.len())) }
+    })
+    .await;
+    assert_in_turn("killed", &receiver, &sequences);
+    let mut firsts: Vec<i64> = Vec::new();
+    for request in receiver.requests().iter().filter(|r| succeeded(r)) {
+        if !firsts.contains(&sequence(request)) {
+            firsts.push(sequence(request));
+        }
+    }
+    assert_eq!(firsts, sequences, "each event's first success in sequence");
+    stack.shutdown(Duration::from_secs(10)).await;
 }

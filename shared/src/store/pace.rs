@@ -44,6 +44,7 @@ struct Schedule {
     anchor_at: DateTime<Utc>,
     rate: f64,
     slowed_at: Option<DateTime<Utc>>,
+    paused_until: Option<DateTime<Utc>>,
 }
 
 impl Schedule {
@@ -77,6 +78,7 @@ impl Pacer {
             anchor_at: now,
             rate: limit,
             slowed_at: None,
+            paused_until: None,
         });
         schedule.rate = schedule.rate.min(limit);
         let number = schedule.tickets;
@@ -106,12 +108,14 @@ impl Pacer {
         if !slows && paused_until.is_none_or(|until| until <= now) {
             return;
         }
-        // The ticket due now becomes the anchor: later tickets follow the
-        // new rate, from the end of the pause.
-        let due = schedule.anchor_ticket
-            + (now - schedule.anchor_at).num_microseconds().unwrap_or(0) as f64 / 1e6 * schedule.rate.max(SLOWEST);
-        schedule.anchor_ticket = due;
-        schedule.anchor_at = paused_until.unwrap_or(now).max(now);
+        // The ticket due now (or at the end of a pause under way: nothing
+        // starts before it, so pauses never add up) becomes the anchor;
+        // later tickets follow the new rate, from the end of the pause.
+        let from = schedule.paused_until.map_or(now, |until| until.max(now));
+        schedule.anchor_ticket +=
+            (from - schedule.anchor_at).num_microseconds().unwrap_or(0) as f64 / 1e6 * schedule.rate.max(SLOWEST);
+        schedule.anchor_at = from.max(paused_until.unwrap_or(from));
+        schedule.paused_until = schedule.paused_until.max(paused_until);
         if slows {
             schedule.rate = (schedule.rate * SLOW_FACTOR).max(SLOWEST);
             schedule.slowed_at = Some(now);
@@ -148,7 +152,9 @@ mod tests {
         // ticket at 7 per second, ticket 3 a seventh of a second later.
         let t150 = t0 + chrono::Duration::milliseconds(150);
         pacer.slow("wep_a", Some(t0 + chrono::Duration::seconds(1)), t150);
-        // A second 429 at once does not slow again.
+        // A second 429 at once does not slow again, nor does its pause add
+        // to the first.
+        pacer.slow("wep_a", Some(t0 + chrono::Duration::seconds(1)), t150);
         pacer.slow("wep_a", None, t150);
         let two = pacer.start_of("wep_a", 2).unwrap();
         assert_eq!(ms(t0, two), 1000 + 500 / 7);

@@ -28,10 +28,20 @@ impl PgStore {
         records.sort_by_key(|r| r.delivery_id);
         let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
             records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
-        let mut ordered: Vec<String> = records.iter().filter(|r| r.ordered).map(|r| r.endpoint_id.clone()).collect();
+        let mut endpoints: Vec<&str> = records.iter().map(|r| r.endpoint_id.as_str()).collect();
+        endpoints.sort_unstable();
+        endpoints.dedup();
+        let mut tx = self.pool.begin().await?;
+        // Ordered as stored now, or when the message started (an endpoint
+        // switched since): settling may hand the turn on.
+        let mut ordered: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM endpoints WHERE id = ANY($1) AND ordering = 'ordered'")
+                .bind(&endpoints)
+                .fetch_all(&mut *tx)
+                .await?;
+        ordered.extend(records.iter().filter(|r| r.ordered).map(|r| r.endpoint_id.clone()));
         ordered.sort_unstable();
         ordered.dedup();
-        let mut tx = self.pool.begin().await?;
         if !ordered.is_empty() {
             super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
         }

@@ -221,7 +221,8 @@ impl PgStore {
              VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1))
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
-                    generation = deliveries.generation + 1
+                    generation = deliveries.generation + 1,
+                    event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
              RETURNING id, generation",
         )
         .bind(event_id)
@@ -279,7 +280,8 @@ impl PgStore {
                       SELECT id, $2, 'pending', created_at, now(), sequence FROM wanted
                       ON CONFLICT (endpoint_id, event_id) DO UPDATE
                          SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
-                             generation = deliveries.generation + 1
+                             generation = deliveries.generation + 1,
+                             event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
                        WHERE deliveries.state IN ('failed', 'held')
                       RETURNING id, generation),
                   queued AS (

@@ -22,6 +22,10 @@ use sqlx::PgPool;
 use super::StoreResult;
 use crate::broker::Topology;
 
+/// The channel a dispatcher notifies when it writes outbox rows (a turn it
+/// released), so the relay in the API process publishes them at once.
+pub const OUTBOX_CHANNEL: &str = "webhooks_outbox";
+
 /// Cheap to clone: a handle on the pool.
 #[derive(Debug, Clone)]
 pub struct PgStore {

@@ -56,8 +56,13 @@ impl PgStore {
         sqlx::query(
             "WITH now AS (SELECT now() AS at)
              UPDATE endpoint_pace p
-                SET anchor_ticket = p.anchor_ticket + extract(epoch FROM now.at - p.anchor_at) * greatest($4, p.rate),
-                    anchor_at = greatest(now.at, $5),
+                -- The ticket due now (or at the end of a pause under way:
+                -- nothing starts before it, so pauses never add up) becomes
+                -- the anchor; later tickets follow the new rate.
+                SET anchor_ticket = p.anchor_ticket + extract(epoch FROM greatest(now.at, p.paused_until) - p.anchor_at)
+                                                      * greatest($4, p.rate),
+                    anchor_at = greatest(now.at, p.paused_until, $5),
+                    paused_until = greatest(p.paused_until, $5),
                     rate = CASE WHEN p.slowed_at IS NULL OR p.slowed_at <= now.at - make_interval(secs => $3)
                                 THEN greatest($4, p.rate * $2) ELSE p.rate END,
                     slowed_at = CASE WHEN p.slowed_at IS NULL OR p.slowed_at <= now.at - make_interval(secs => $3)

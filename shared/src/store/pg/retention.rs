@@ -36,7 +36,7 @@ impl PgStore {
             "SELECT e.id FROM events e
               WHERE e.created_at < $1
                 AND NOT EXISTS (SELECT 1 FROM deliveries d
-                                 WHERE d.event_id = e.id AND d.state IN ('pending', 'retrying'))
+                                 WHERE d.event_id = e.id AND d.state IN ('pending', 'retrying', 'waiting'))
               ORDER BY e.created_at LIMIT $2
               FOR UPDATE OF e SKIP LOCKED",
         )
@@ -58,7 +58,7 @@ impl PgStore {
                 .await?;
         let busy: HashSet<&str> = deliveries
             .iter()
-            .filter(|(_, state)| state == "pending" || state == "retrying")
+            .filter(|(_, state)| matches!(state.as_str(), "pending" | "retrying" | "waiting"))
             .map(|(event_id, _)| event_id.as_str())
             .collect();
         let doomed: Vec<&str> = candidates.iter().map(String::as_str).filter(|id| !busy.contains(id)).collect();

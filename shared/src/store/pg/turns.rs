@@ -14,8 +14,10 @@ use super::PgStore;
 use crate::store::{StoreResult, Turn};
 
 impl PgStore {
-    /// Whether the delivery may be attempted now; marks it `waiting` when an
-    /// earlier delivery of its endpoint is still unsettled.
+    /// Whether the delivery may be attempted now; marks it `waiting` when its
+    /// endpoint is ordered (as stored now, not as a cache has it) and an
+    /// earlier delivery of it is unsettled. A delivery already `waiting` (a
+    /// repeated message) waits too.
     pub(in crate::store) async fn take_turn(
         &self,
         delivery_id: i64,
@@ -24,20 +26,24 @@ impl PgStore {
     ) -> StoreResult<Turn> {
         let mut tx = self.pool.begin().await?;
         lock_turns(&mut tx, &[endpoint_id]).await?;
-        let waits = sqlx::query(
-            "UPDATE deliveries me SET state = 'waiting', next_attempt_at = NULL, updated_at = now()
-              WHERE me.id = $1 AND ($2::int4 IS NULL OR me.generation = $2) AND me.state IN ('pending', 'retrying')
-                AND EXISTS (SELECT 1 FROM deliveries d
-                             WHERE d.endpoint_id = $3 AND d.state IN ('pending', 'retrying', 'waiting')
-                               AND d.event_sequence < me.event_sequence)",
+        let waits = sqlx::query_as(
+            "WITH marked AS (
+                 UPDATE deliveries me SET state = 'waiting', next_attempt_at = NULL, updated_at = now()
+                  WHERE me.id = $1 AND ($2::int4 IS NULL OR me.generation = $2) AND me.state IN ('pending', 'retrying')
+                    AND EXISTS (SELECT 1 FROM endpoints ep WHERE ep.id = $3 AND ep.ordering = 'ordered')
+                    AND EXISTS (SELECT 1 FROM deliveries d
+                                 WHERE d.endpoint_id = $3 AND d.state IN ('pending', 'retrying', 'waiting')
+                                   AND d.event_sequence < me.event_sequence)
+                 RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM marked)
+                 OR EXISTS (SELECT 1 FROM deliveries WHERE id = $1 AND state = 'waiting')",
         )
         .bind(delivery_id)
         .bind(generation)
         .bind(endpoint_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            > 0;
+        .fetch_one(&mut *tx)
+        .await
+        .map(|row: (bool,)| row.0)?;
         tx.commit().await?;
         Ok(if waits { Turn::Wait } else { Turn::Go })
     }
@@ -62,7 +68,7 @@ impl PgStore {
              ), released AS (
                  UPDATE deliveries d SET state = 'pending', next_attempt_at = now(), updated_at = now()
                    FROM next
-                  WHERE d.id = next.id
+                  WHERE d.id = next.id AND d.state = 'waiting'
                     AND ($3 OR NOT EXISTS (SELECT 1 FROM deliveries o
                                             WHERE o.endpoint_id = next.endpoint_id
                                               AND o.state IN ('pending', 'retrying')
@@ -80,6 +86,10 @@ impl PgStore {
         .execute(&mut **tx)
         .await?
         .rows_affected();
+        if released > 0 {
+            // The relay may run in another process: wake it at the commit.
+            sqlx::query("SELECT pg_notify($1, '')").bind(super::OUTBOX_CHANNEL).execute(&mut **tx).await?;
+        }
         Ok(released)
     }
 
@@ -88,7 +98,12 @@ impl PgStore {
     /// for up to `batch` endpoints with waiting deliveries.
     pub async fn release_stalled_turns(&self, batch: i64) -> StoreResult<u64> {
         let endpoints: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT endpoint_id FROM deliveries WHERE state = 'waiting' LIMIT $1")
+            // The endpoints waiting longest first: each release moves its
+            // endpoint back, so every endpoint comes round.
+            sqlx::query_scalar(
+                "SELECT endpoint_id FROM deliveries WHERE state = 'waiting'
+                  GROUP BY endpoint_id ORDER BY min(updated_at) LIMIT $1",
+            )
                 .bind(batch)
                 .fetch_all(&self.pool)
                 .await?;

@@ -243,7 +243,8 @@ impl SqliteStore {
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = $4, updated_at = $4,
                     generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0, failures = 0,
-                    pace_ticket = NULL, lane = 'default'",
+                    pace_ticket = NULL, lane = 'default',
+                    event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)",
         )
         .bind(event_id)
         .bind(&endpoint.id)
@@ -317,7 +318,8 @@ impl SqliteStore {
                  ON CONFLICT (endpoint_id, event_id) DO UPDATE
                     SET state = 'pending', next_attempt_at = $4, updated_at = $4,
                         generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0,
-                        parks = 0, failures = 0, pace_ticket = NULL, lane = 'bulk'
+                        parks = 0, failures = 0, pace_ticket = NULL, lane = 'bulk',
+                        event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
                   WHERE deliveries.state IN ('failed', 'held')",
             )
             .bind(&event_id)
