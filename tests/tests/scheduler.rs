@@ -71,9 +71,13 @@ async fn the_controls_are_shown_changed_and_checked() {
     let path = format!("/webhooks/{}", id(&controlled));
     assert_eq!(api.get(&path, &key).await.expect(200), &controlled);
 
+    // JSON's 30.0 is the integer 30.
+    let whole = api.put(&path, &key, &json!({ "rate_limit_per_second": 30.0 })).await;
+    assert_eq!(whole.expect(200)["rate_limit_per_second"], 30);
+
     // Absent leaves a control alone; null removes the limit.
     let renamed = api.put(&path, &key, &json!({ "event_categories": ["transfer"] })).await;
-    assert_eq!(renamed.expect(200)["rate_limit_per_second"], 20);
+    assert_eq!(renamed.expect(200)["rate_limit_per_second"], 30);
     let changed = api.put(&path, &key, &json!({ "rate_limit_per_second": 500, "ordering": "none" })).await;
     let changed = changed.expect(200);
     assert_eq!((&changed["rate_limit_per_second"], &changed["ordering"]), (&json!(500), &json!("none")));

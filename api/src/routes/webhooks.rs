@@ -68,7 +68,7 @@ pub struct CreateWebhook {
     /// it. A 429 or 503 from the receiver slows the pace at once (honouring
     /// `Retry-After`); it recovers after successes. Absent or null: no limit
     /// of its own.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_number")]
     #[schema(minimum = 1, maximum = 10000)]
     pub rate_limit_per_second: Option<u32>,
     /// `none` (the default) or `ordered`: deliveries in `event_sequence`
@@ -103,7 +103,7 @@ pub struct UpdateWebhook {
     pub signature_scheme: Option<SignatureScheme>,
     /// 1 to 10000 deliveries per second; null removes the limit, absent
     /// leaves it.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present_whole_number")]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 10000)]
     pub rate_limit_per_second: Option<Option<u32>>,
     /// `none` or `ordered`. Back to `none`, deliveries waiting for their turn
@@ -112,14 +112,24 @@ pub struct UpdateWebhook {
     pub ordering: Option<DeliveryOrder>,
 }
 
-/// A field that may be null: `Some(None)` when it is, `None` (by
-/// `#[serde(default)]`) when it is absent.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(deserializer).map(Some)
+/// A whole number that fits a `u32`, or null. JSON (and so the OpenAPI
+/// document's `integer`) counts `20.0` as the integer 20, so it is read as
+/// one; `20.5` is refused.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else { return Ok(None) };
+    let whole = number.as_u64().or_else(|| {
+        number.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(f)).map(|f| f as u64)
+    });
+    whole
+        .and_then(|n| u32::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("expected a whole number, got {number}")))
+}
+
+/// [`whole_number`] for a field that may be null: `Some(None)` when it is,
+/// `None` (by `#[serde(default)]`) when it is absent.
+fn present_whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Option<u32>>, D::Error> {
+    whole_number(deserializer).map(Some)
 }
 
 /// Refuses a rate limit out of its range.
