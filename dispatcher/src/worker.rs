@@ -147,14 +147,8 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             };
             match (decide::before_attempt(fresh.as_ref().map(|e| e.status), message.force), fresh) {
                 (Before::Send, Some(endpoint)) => endpoint,
-                (Before::Hold, endpoint) => {
-                    // Held settles the turn of an ordered endpoint: the next
-                    // delivery comes, and is held in its turn too.
-                    let held = AttemptRecord {
-                        ordered: endpoint.is_some_and(|e| e.ordered),
-                        ..record(&message, DeliveryState::Held)
-                    };
-                    return finish(context, ticket, &message, held, "held").await;
+                (Before::Hold, _) => {
+                    return finish(context, ticket, &message, record(&message, DeliveryState::Held), "held").await;
                 }
                 (_, _) => {
                     let cancelled = record(&message, DeliveryState::Cancelled);
@@ -230,7 +224,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         &context.common.retry_schedule,
         context.delivery.max_retry_after,
     );
-    let mut record = AttemptRecord { ordered: endpoint.ordered, ..record(&message, after.state()) };
+    let mut record = record(&message, after.state());
     record.log = Some(DeliveryLog {
         id: Uuid::now_v7(),
         event_id: message.event_id.clone(),
@@ -262,7 +256,6 @@ fn record(message: &DeliveryMessage, state: DeliveryState) -> AttemptRecord {
         log: None,
         endpoint_id: message.endpoint_id.clone(),
         generation: message.generation,
-        ordered: false,
     }
 }
 

@@ -52,9 +52,6 @@ pub struct AttemptRecord {
     /// The generation of the message; the state is written only if the
     /// delivery is still at it (any state when unknown).
     pub generation: Option<i32>,
-    /// The endpoint keeps its deliveries in order: settling this one may
-    /// release the next.
-    pub ordered: bool,
 }
 
 /// Whether an ordered endpoint's delivery may be attempted now.

@@ -84,7 +84,6 @@ mod tests {
             }),
             endpoint_id: endpoint.into(),
             generation: None,
-            ordered: false,
         }
     }
 

@@ -32,16 +32,14 @@ impl PgStore {
         endpoints.sort_unstable();
         endpoints.dedup();
         let mut tx = self.pool.begin().await?;
-        // Ordered as stored now, or when the message started (an endpoint
-        // switched since): settling may hand the turn on.
-        let mut ordered: Vec<String> =
+        // Settling a delivery of an endpoint ordered as stored now may hand
+        // the turn on (one switched to `none` since had its waiting
+        // deliveries released by the switch).
+        let ordered: Vec<String> =
             sqlx::query_scalar("SELECT id FROM endpoints WHERE id = ANY($1) AND ordering = 'ordered'")
                 .bind(&endpoints)
                 .fetch_all(&mut *tx)
                 .await?;
-        ordered.extend(records.iter().filter(|r| r.ordered).map(|r| r.endpoint_id.clone()));
-        ordered.sort_unstable();
-        ordered.dedup();
         if !ordered.is_empty() {
             super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
         }

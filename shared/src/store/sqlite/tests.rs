@@ -123,15 +123,7 @@ fn outcome(
     generation: Option<i32>,
     log: Option<DeliveryLog>,
 ) -> AttemptRecord {
-    AttemptRecord {
-        delivery_id,
-        state,
-        next_attempt_at: None,
-        log,
-        endpoint_id: endpoint_id.to_owned(),
-        generation,
-        ordered: false,
-    }
+    AttemptRecord { delivery_id, state, next_attempt_at: None, log, endpoint_id: endpoint_id.to_owned(), generation }
 }
 
 #[tokio::test]
