@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context as _;
 use futures::StreamExt;
 use lapin::{
-    Channel, Confirmation,
+    Channel, Confirmation, Consumer,
     options::{
         BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
         QueueDeclareOptions,
@@ -146,26 +146,9 @@ pub async fn session(
     // Changes may have been missed while disconnected.
     context.cache.clear();
 
-    let tag = |lane: Lane| -> ShortString { format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into() };
-    let tags = [tag(Lane::Default), tag(Lane::Bulk)];
-    let mut deliveries = channel
-        .basic_consume(
-            topology.work_queue(Lane::Default).as_str().into(),
-            tags[0].clone(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .context("consume deliveries")?;
-    let mut bulk = channel
-        .basic_consume(
-            topology.work_queue(Lane::Bulk).as_str().into(),
-            tags[1].clone(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .context("consume bulk deliveries")?;
+    let (mut deliveries, default_tag) = consume(&channel, topology, Lane::Default).await?;
+    let (mut bulk, bulk_tag) = consume(&channel, topology, Lane::Bulk).await?;
+    let tags = [default_tag, bulk_tag];
     broker_up.send_replace(true);
     tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), "dispatcher consuming");
 
@@ -245,6 +228,21 @@ pub async fn session(
     broker_up.send_replace(false);
     let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
     result
+}
+
+/// Consumes the work queue of `lane` under a tag of its own.
+async fn consume(channel: &Channel, topology: &Topology, lane: Lane) -> anyhow::Result<(Consumer, ShortString)> {
+    let tag: ShortString = format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into();
+    let consumer = channel
+        .basic_consume(
+            topology.work_queue(lane).as_str().into(),
+            tag.clone(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .with_context(|| format!("consume the {} lane", lane.as_str()))?;
+    Ok((consumer, tag))
 }
 
 /// The delivery a message asks for; a message that is not one goes to the
