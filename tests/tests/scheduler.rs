@@ -13,13 +13,29 @@ use std::{
 use common::*;
 use serde_json::{Value, json};
 use tests::{
-    ApiOptions, Backend, Receiver, RecordedRequest, Reply, TestApi, WAIT,
+    ApiOptions, Backend, Receiver, RecordedRequest, Reply, TestApi, TestDispatcher, WAIT,
     procs::{Programs, Stack, StackOptions},
 };
 
 /// The `event_sequence` of a delivered event.
 fn sequence(request: &RecordedRequest) -> i64 {
     request.json().ok().and_then(|body| body["event_sequence"].as_i64()).expect("a delivered event")
+}
+
+/// Two dispatchers competing for the messages (one in standalone mode,
+/// which delivers in-process).
+async fn competing_dispatchers(api: &TestApi) -> Vec<TestDispatcher> {
+    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
+    if Backend::from_env() == Backend::Distributed {
+        dispatchers.push(api.start_dispatcher().await.unwrap());
+    }
+    dispatchers
+}
+
+async fn stop_all(dispatchers: Vec<TestDispatcher>) {
+    for mut dispatcher in dispatchers {
+        dispatcher.stop().await.unwrap();
+    }
 }
 
 fn succeeded(request: &RecordedRequest) -> bool {
@@ -108,11 +124,7 @@ async fn the_controls_are_shown_changed_and_checked() {
 async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     let options = ApiOptions { retry_schedule: Some("200ms,200ms".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
-    // Two dispatchers compete for the messages (one in standalone mode).
-    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
-    if Backend::from_env() == Backend::Distributed {
-        dispatchers.push(api.start_dispatcher().await.unwrap());
-    }
+    let mut dispatchers = competing_dispatchers(&api).await;
     let key = api.new_developer().await;
 
     let flaky = api.receiver().await;
@@ -163,9 +175,7 @@ async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     .await;
     assert!(upcoming_ids(&api, &key, &a).await.is_empty());
 
-    for mut dispatcher in dispatchers {
-        dispatcher.stop().await.unwrap();
-    }
+    stop_all(dispatchers).await;
     api.shutdown().await.unwrap();
 }
 
@@ -178,10 +188,7 @@ async fn a_throttling_receiver_sets_the_pace_and_nothing_fails() {
     const EVENTS: usize = 200;
     let options = ApiOptions { retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
-    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
-    if Backend::from_env() == Backend::Distributed {
-        dispatchers.push(api.start_dispatcher().await.unwrap());
-    }
+    let dispatchers = competing_dispatchers(&api).await;
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
     receiver.reply_with(|request, before| {
@@ -218,9 +225,7 @@ async fn a_throttling_receiver_sets_the_pace_and_nothing_fails() {
     // success or a 429.
     assert!(upcoming_ids(&api, &key, &webhook).await.is_empty());
 
-    for mut dispatcher in dispatchers {
-        dispatcher.stop().await.unwrap();
-    }
+    stop_all(dispatchers).await;
     api.shutdown().await.unwrap();
 }
 
@@ -232,10 +237,7 @@ async fn the_pace_holds_across_dispatchers() {
     const RATE: usize = 10;
     const EVENTS: usize = 40;
     let api = TestApi::start().await.unwrap();
-    let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
-    if Backend::from_env() == Backend::Distributed {
-        dispatchers.push(api.start_dispatcher().await.unwrap());
-    }
+    let dispatchers = competing_dispatchers(&api).await;
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
     active_endpoint_with(&api, &key, json!({ "url": receiver.url(), "rate_limit_per_second": RATE })).await;
@@ -253,9 +255,7 @@ async fn the_pace_holds_across_dispatchers() {
     assert!(busiest <= RATE + 1, "{busiest} deliveries within one second at a limit of {RATE}");
     assert!(span >= (EVENTS - RATE - 1) as f64 / RATE as f64, "{EVENTS} deliveries in {span:.2} s");
 
-    for mut dispatcher in dispatchers {
-        dispatcher.stop().await.unwrap();
-    }
+    stop_all(dispatchers).await;
     api.shutdown().await.unwrap();
 }
 
@@ -374,4 +374,45 @@ async fn the_order_holds_through_kill_9() {
     }
     assert_eq!(firsts, sequences, "each event's first success in sequence");
     stack.shutdown(Duration::from_secs(10)).await;
+}
+
+/// While an ordered endpoint's first event keeps failing, the next one waits
+/// (listed upcoming, not sent); `send` delivers it out of turn at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_skips_an_ordered_endpoints_turn() {
+    let options = ApiOptions { retry_schedule: Some("1h".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = active_endpoint_with(&api, &key, json!({ "url": receiver.url(), "ordering": "ordered" })).await;
+    receiver.reply_always(Reply::status(500));
+    let first = ingest(&api, key.developer_id(), "transfer", 0).await;
+    receiver.wait_for(1).await.unwrap();
+    receiver.reply_always(Reply::ok());
+    let second = ingest(&api, key.developer_id(), "transfer", 1).await;
+
+    // Held back behind the retrying first event, and listed as upcoming.
+    wait_upcoming(&api, &key, &webhook, &event_id(&second), true).await;
+    let entries = upcoming_entries(&api, &key, &webhook, "").await;
+    let states: Vec<&str> = entries.iter().filter_map(|e| e["delivery"]["state"].as_str()).collect();
+    assert_eq!(states[0], "retrying", "{entries:?}");
+    // Marked waiting where a dispatcher took the message; standalone's queue
+    // simply leaves it pending.
+    let expected = if Backend::from_env() == Backend::Distributed { "waiting" } else { "pending" };
+    eventually("the second event waits its turn", WAIT, async || {
+        let entries = upcoming_entries(&api, &key, &webhook, "").await;
+        let second = entries.iter().find(|e| e["event_id"] == second["event_id"]).map(|e| &e["delivery"]["state"]);
+        if second.and_then(Value::as_str) == Some(expected) { Ok(()) } else { Err(format!("{second:?}")) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), 1, "the second event went before the first settled");
+
+    assert_sent(&send(&api, &key, &webhook, &event_id(&second)).await);
+    let requests = receiver.wait_for(2).await.unwrap();
+    assert_eq!(requests[1].header("x-webhook-id"), second["event_id"].as_str());
+    assert!(upcoming_ids(&api, &key, &webhook).await.contains(&event_id(&first)), "the first is still owed");
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
 }
