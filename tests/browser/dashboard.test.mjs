@@ -291,11 +291,13 @@ test("live refresh pauses while the tab is hidden and resumes when it shows", as
     const hiddenAt = Date.now();
     await sleep(7_000);
     assert.deepEqual(calls.filter((at) => at > hiddenAt + 500), [], "the log was fetched while the tab was hidden");
+    // Taken before the tab shows: the refresh it starts may be reported
+    // before `evaluate` returns.
+    const shownAt = Date.now();
     await page.evaluate(() => {
       delete document.hidden;
       document.dispatchEvent(new Event("visibilitychange"));
     });
-    const shownAt = Date.now();
     await until("a refresh once the tab shows", async () => calls.some((at) => at >= shownAt), 2_000);
   } finally {
     page.off("request", count);
