@@ -330,6 +330,15 @@
   const endpointPath = (id) => `#/endpoints/${encodeURIComponent(id)}`;
   const categoriesText = (list) => (list && list.length ? list.join(", ") : "all categories");
   const SCHEMES = [["platform", "platform (RSA)"], ["standard", "standard (Ed25519)"]];
+  const ORDERS = [["none", "any order"], ["ordered", "in sequence"]];
+  const paceText = (limit) => (limit ? `${limit} deliveries/s` : "no limit");
+  const orderText = (ordering) => (ordering === "ordered" ? "in sequence" : "any order");
+  /** The pace control: a whole number, empty for no limit. Its range is the API's to check (its message is shown). */
+  const paceInput = (limit) => h("input", { type: "number", step: 1, inputmode: "numeric", value: limit ?? "" });
+  /** The pace to send: null (no limit) when the control is empty. */
+  const paceValue = (input) => (input.value.trim() === "" ? null : Number(input.value));
+  const PACE_HINT = "1 to 10000; empty: no limit. Deliveries above it wait; none fails for it.";
+  const ORDER_HINT = "In sequence: by event_sequence; a failing event holds back the later ones.";
 
   async function viewEndpoints(current) {
     if (!can("webhooks:read")) {
@@ -352,10 +361,13 @@
     const url = h("input", { type: "url", required: true, placeholder: "https://example.com/webhooks", autocomplete: "url" });
     const epoch = select([["webhook_creation", "events created from now on"], ["beginning_of_time", "earlier events too"]], "webhook_creation");
     const scheme = select(SCHEMES, "platform");
+    const pace = paceInput(null);
+    const order = select(ORDERS, "none");
     const form = h("form", {},
       field("URL", url, "HTTPS only; its host must answer a TLS handshake now."),
       checkboxes("Categories", "category", CATEGORIES, new Set(), new Set(), "None checked: every category."),
       h("div", { class: "row" }, field("Events", epoch), field("Signature scheme", scheme)),
+      h("div", { class: "row" }, field("Pace (deliveries per second)", pace, PACE_HINT), field("Order", order, ORDER_HINT)),
       h("button", { type: "submit", class: "primary" }, "Create endpoint"));
     form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -365,6 +377,8 @@
         if (categories.length) body.event_categories = categories;
         // `platform` is the default; name the scheme only when it is another.
         if (scheme.value !== "platform") body.signature_scheme = scheme.value;
+        if (paceValue(pace) !== null) body.rate_limit_per_second = paceValue(pace);
+        if (order.value !== "none") body.ordering = order.value;
         const created = await api("POST", "/webhooks", body);
         notice("Endpoint created, disabled: activate it to receive events.");
         go(endpointPath(created.id));
@@ -431,6 +445,8 @@
       h("dt", {}, "Signature scheme"), h("dd", {}, ep.signature_scheme || "platform"),
       h("dt", {}, "Events"), h("dd", {}, ep.event_epoch === "beginning_of_time" ? "earlier events too" : "from creation on"),
       h("dt", {}, "Categories"), h("dd", {}, categoriesText(ep.event_categories)),
+      h("dt", {}, "Pace"), h("dd", {}, paceText(ep.rate_limit_per_second)),
+      h("dt", {}, "Order"), h("dd", {}, orderText(ep.ordering)),
       h("dt", {}, "Last success"), h("dd", {}, health ? when(health.last_success_at) : "not reported"),
       h("dt", {}, "Last failure"), h("dd", {}, health ? when(health.last_failure_at) : "not reported"),
       h("dt", {}, "Failing since"), h("dd", {}, health ? when(health.failing_since) : "not reported"),
@@ -460,10 +476,14 @@
   function editForm(ep, path, reload) {
     const url = h("input", { type: "url", required: true, value: ep.url });
     const scheme = select(SCHEMES, ep.signature_scheme || "platform");
+    const pace = paceInput(ep.rate_limit_per_second);
+    const order = select(ORDERS, ep.ordering || "none");
     const form = h("form", {},
       field("URL", url, "The URL can change only while the endpoint is disabled."),
       checkboxes("Categories", "edit-category", CATEGORIES, new Set(ep.event_categories || []), new Set(), "None checked: every category."),
       field("Signature scheme", scheme, "Changing it makes a new key pair; the old key keeps signing for an overlap."),
+      h("div", { class: "row" }, field("Pace (deliveries per second)", pace, PACE_HINT),
+        field("Order", order, `${ORDER_HINT} Back to any order, the events waiting for their turn go at once.`)),
       h("button", { type: "submit", class: "primary" }, "Save changes"));
     form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -473,6 +493,9 @@
         const categories = checkedValues(form, "edit-category");
         if (categories.slice().sort().join() !== (ep.event_categories || []).slice().sort().join()) body.event_categories = categories;
         if (scheme.value !== (ep.signature_scheme || "platform")) body.signature_scheme = scheme.value;
+        // An emptied pace is sent as null, which removes the limit.
+        if (paceValue(pace) !== (ep.rate_limit_per_second ?? null)) body.rate_limit_per_second = paceValue(pace);
+        if (order.value !== (ep.ordering || "none")) body.ordering = order.value;
         if (!Object.keys(body).length) return notice("Nothing to change.");
         await api("PUT", path, body);
         notice("Endpoint saved.");
@@ -510,6 +533,9 @@
   }
   const cell = (label, ...content) => h("td", { "data-label": label }, h("div", {}, ...content));
 
+  /** How an upcoming delivery's state reads, where its name alone says too little. */
+  const STATE_TEXT = { waiting: "waiting for its turn" };
+
   function upcomingSection(section, path) {
     const tbl = table(["Event", "Type", "Created", "Delivery", ""], "upcoming");
     const empty = h("p", { class: "empty" }, "Nothing upcoming.");
@@ -530,7 +556,7 @@
           cell("Event", h("span", { class: "mono" }, ev.event_id), h("br"), `#${ev.event_sequence} · ${ev.event_category}`),
           cell("Type", ev.event_type),
           cell("Created", when(ev.event_created_at)),
-          cell("Delivery", d ? [badge(d.state, "state"), ` ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`,
+          cell("Delivery", d ? [badge(STATE_TEXT[d.state] || d.state, "state"), ` ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`,
             d.next_attempt_at ? [", next ", when(d.next_attempt_at)] : null] : "—"),
           cell("", can("webhooks:write") ? h("button", { type: "button", "aria-label": `Send ${ev.event_id}`,
             onclick: (e) => run(e.currentTarget, async () => {
