@@ -332,6 +332,34 @@ pub struct DeliveryMessage {
     pub event_created_at: DateTime<Utc>,
 }
 
+impl DeliveryMessage {
+    /// The first attempt of a delivery an ingest just queued: generation 0,
+    /// in the event's lane. The relay makes the same message from an outbox
+    /// row.
+    pub fn first_attempt(
+        delivery_id: i64,
+        endpoint_id: &str,
+        event: &crate::store::NewEvent,
+        body: String,
+    ) -> DeliveryMessage {
+        DeliveryMessage {
+            delivery_id,
+            event_id: event.id.clone(),
+            endpoint_id: endpoint_id.to_owned(),
+            developer_id: event.developer_id,
+            attempt: 1,
+            force: false,
+            generation: Some(0),
+            parks: 0,
+            failures: 0,
+            pace_ticket: None,
+            lane: event.lane,
+            body,
+            event_created_at: event.created_at,
+        }
+    }
+}
+
 /// The kinds of endpoint change recorded and published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

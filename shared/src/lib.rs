@@ -5,6 +5,7 @@
 //! The dependency direction is the architecture: `api` and `dispatcher` depend on
 //! this crate and never on each other.
 
+pub mod batch;
 pub mod broker;
 pub mod config;
 pub mod db;

@@ -67,6 +67,8 @@ pub enum Turn {
 
 /// Whether a retry message still stands for its delivery.
 ///
+/// (Answers a [`StandingQuestion`].)
+///
 /// A retry of an attempt no newer than the last one recorded is `Superseded`
 /// too: a duplicate message (a broker redelivery, a retry published before a
 /// commit that failed) would otherwise fork a second retry chain.
@@ -77,4 +79,13 @@ pub enum RetryStanding {
     /// `send` re-armed the delivery since, or it succeeded or was cancelled
     /// (or is gone): the message is dropped without an attempt.
     Superseded,
+}
+
+/// Whether attempt `attempt` of `delivery_id`, in `generation` (unknown:
+/// `None`), should still be made: see [`RetryStanding`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandingQuestion {
+    pub delivery_id: i64,
+    pub generation: Option<i32>,
+    pub attempt: i32,
 }

@@ -39,12 +39,31 @@ pub struct IdempotentEvent {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IngestOutcome {
     pub sequence: i64,
-    /// Deliveries queued now (active endpoints).
-    pub pending: usize,
+    /// Deliveries queued now (active endpoints), due at once.
+    pub queued: Vec<QueuedDelivery>,
     /// Deliveries kept as upcoming (disabled endpoints).
     pub held: usize,
     /// The stored event JSON.
     pub body: String,
+}
+
+/// A delivery that an ingest made due at once: what its first message needs
+/// besides the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedDelivery {
+    pub delivery_id: i64,
+    pub endpoint_id: String,
+}
+
+/// For each event of a batch, whether an earlier event of the same batch has
+/// the same producer `Idempotency-Key` (of the same developer): such a twin
+/// is not stored, and answers its first's event once that is committed.
+pub(super) fn later_twins(events: &[NewEvent]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::new();
+    events
+        .iter()
+        .map(|event| event.idempotency_key.as_deref().is_some_and(|key| !seen.insert((event.developer_id, key))))
+        .collect()
 }
 
 /// A stored event body with its keys for paging.
@@ -103,4 +122,38 @@ pub enum SendOutcome {
     NoSuchEvent,
     /// The event is the developer's but not meant for this endpoint.
     NotForEndpoint,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(developer_id: Uuid, key: Option<&str>) -> NewEvent {
+        NewEvent {
+            id: crate::ids::new_event_id(),
+            developer_id,
+            category: Category::Transfer,
+            created_at: crate::time::now(),
+            idempotency_key: key.map(str::to_owned),
+            request_hash: key.map(|_| vec![1]),
+            body_head: String::new(),
+            body_tail: String::new(),
+            lane: crate::broker::Lane::Default,
+        }
+    }
+
+    #[test]
+    fn only_a_later_event_with_the_same_developer_and_key_is_a_twin() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let batch = [
+            event(a, Some("k")),
+            event(b, Some("k")),
+            event(a, None),
+            event(a, Some("k")),
+            event(a, None),
+            event(a, Some("other")),
+            event(b, Some("k")),
+        ];
+        assert_eq!(later_twins(&batch), [false, false, false, true, false, false, true]);
+    }
 }

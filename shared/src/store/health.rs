@@ -32,6 +32,45 @@ pub struct Failures {
     pub last_at: DateTime<Utc>,
 }
 
+/// The successes this process wrote last, per endpoint. A success less than
+/// [`SUCCESS_PRECISION_SECONDS`] after the last one written, with no failure
+/// recorded by this process since, would change nothing but a streak another
+/// process's failure started meanwhile, which the next success written (at
+/// most a second later) ends: it is not sent, so a healthy endpoint costs one
+/// health statement a second, not one per batch.
+#[derive(Debug, Default)]
+pub struct WrittenSuccesses(std::sync::Mutex<std::collections::HashMap<String, DateTime<Utc>>>);
+
+/// Endpoints remembered at most; past it, the memory starts over.
+const REMEMBERED: usize = 10_000;
+
+impl WrittenSuccesses {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, DateTime<Utc>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a success of `endpoint_id` at `at` must be written.
+    pub fn must_write(&self, endpoint_id: &str, at: DateTime<Utc>) -> bool {
+        let precision = chrono::Duration::milliseconds((SUCCESS_PRECISION_SECONDS * 1000.0) as i64);
+        self.lock().get(endpoint_id).is_none_or(|written| at - *written >= precision)
+    }
+
+    /// A success of `endpoint_id` at `at` was written.
+    pub fn wrote(&self, endpoint_id: &str, at: DateTime<Utc>) {
+        let mut written = self.lock();
+        if written.len() >= REMEMBERED {
+            written.clear();
+        }
+        let latest = written.get(endpoint_id).map_or(at, |earlier| at.max(*earlier));
+        written.insert(endpoint_id.to_owned(), latest);
+    }
+
+    /// A failure of `endpoint_id` was written: its next success goes too.
+    pub fn failed(&self, endpoint_id: &str) {
+        self.lock().remove(endpoint_id);
+    }
+}
+
 /// The UTC day of `at`, as days since 1970: the unit of the three-day rule.
 pub fn day(at: DateTime<Utc>) -> i32 {
     i32::try_from(at.timestamp().div_euclid(86_400)).unwrap_or(i32::MAX)
@@ -65,6 +104,21 @@ pub fn changes(records: &[AttemptRecord]) -> Vec<HealthChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_success_within_the_precision_of_the_last_one_written_is_not_sent_again() {
+        let written = WrittenSuccesses::default();
+        let at = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let ms = chrono::Duration::milliseconds;
+        assert!(written.must_write("wep_a", at), "nothing written yet");
+        written.wrote("wep_a", at);
+        assert!(!written.must_write("wep_a", at + ms(999)));
+        assert!(written.must_write("wep_a", at + ms(1000)));
+        assert!(written.must_write("wep_b", at + ms(10)), "another endpoint");
+        assert!(!written.must_write("wep_a", at - ms(5000)), "an older success changes nothing");
+        written.failed("wep_a");
+        assert!(written.must_write("wep_a", at + ms(10)), "a failure since: the next success ends the streak");
+    }
     use crate::{model::DeliveryLog, store::DeliveryState};
 
     fn record(endpoint: &str, second: i64, status: i32) -> AttemptRecord {

@@ -25,13 +25,13 @@ mod retention;
 pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding, Turn};
+pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Turn};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
 pub use events::{
-    EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow, SendOutcome, StoredEvent,
-    UpcomingDelivery,
+    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow, SendOutcome,
+    StoredEvent, UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
@@ -54,6 +54,10 @@ pub enum StoreError {
     /// The database failed or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// The batch this call was stored in failed as a whole (group commit):
+    /// every call of the batch gets the one cause.
+    #[error("the batch failed: {0}")]
+    Batch(#[source] std::sync::Arc<StoreError>),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -258,7 +262,38 @@ impl Store {
     /// disabled ones), atomically. [`StoreError::IdempotencyKeyTaken`] when a
     /// concurrent twin with the same producer `Idempotency-Key` won.
     pub async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
-        each_backend!(self, s => s.ingest_event(event).await)
+        let mut outcomes = self.ingest_events(std::slice::from_ref(event), true).await?;
+        outcomes.pop().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest returned no outcome".into())))
+    }
+
+    /// Stores a batch of events as [`Store::ingest_event`] stores one, in one
+    /// transaction (one commit, one flush): each gets its outcome, in the
+    /// batch's order, and the event sequences follow that order. An event
+    /// whose `Idempotency-Key` an earlier event of the batch, or a concurrent
+    /// twin, already used gets [`StoreError::IdempotencyKeyTaken`] and is not
+    /// stored; the others are. `Err` when the batch failed as a whole.
+    ///
+    /// `outbox`: whether queued deliveries get an outbox row for the relay
+    /// (PostgreSQL). Without one, the caller publishes their first messages
+    /// itself (`IngestOutcome::queued`); the sweeper queues them again should
+    /// it never do so. SQLite's deliveries table is its queue: it ignores it.
+    pub async fn ingest_events(
+        &self,
+        events: &[NewEvent],
+        outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        let twins = events::later_twins(events);
+        let stored: Vec<&NewEvent> = events.iter().zip(&twins).filter(|(_, twin)| !**twin).map(|(e, _)| e).collect();
+        let mut outcomes = each_backend!(self, s => s.ingest_events(&stored, outbox).await)?.into_iter();
+        Ok(twins
+            .iter()
+            .map(|twin| match twin {
+                true => Err(StoreError::IdempotencyKeyTaken),
+                false => {
+                    outcomes.next().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest lost an outcome".into())))
+                }
+            })
+            .collect())
     }
 
     /// The event `developer_id` made earlier with this `Idempotency-Key`.
@@ -341,7 +376,15 @@ impl Store {
         generation: Option<i32>,
         attempt: i32,
     ) -> StoreResult<RetryStanding> {
-        each_backend!(self, s => s.retry_standing(delivery_id, generation, attempt).await)
+        let question = StandingQuestion { delivery_id, generation, attempt };
+        let mut standings = self.retry_standings(std::slice::from_ref(&question)).await?;
+        Ok(standings.pop().unwrap_or(RetryStanding::Superseded))
+    }
+
+    /// [`Store::retry_standing`] for several messages at once (one
+    /// statement): one answer per question, in their order.
+    pub async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
+        each_backend!(self, s => s.retry_standings(questions).await)
     }
 
     /// Moves a delivery's next attempt to `until` without counting one: its

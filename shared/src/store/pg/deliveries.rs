@@ -7,7 +7,7 @@ use super::PgStore;
 use crate::{
     model::DeliveryLog,
     store::{
-        AttemptRecord, DeliveryState, RetryStanding, StoreResult,
+        AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
         health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
     },
 };
@@ -17,6 +17,47 @@ use crate::{
 fn newest_first(record: &AttemptRecord) -> (Option<i32>, Option<i32>, bool) {
     (record.generation, record.log.as_ref().map(|l| l.attempt), record.state == DeliveryState::Succeeded)
 }
+
+/// The writes of a batch of outcomes, in one statement: the attempts' log
+/// entries, then each delivery's state. With `$17` true it writes only when
+/// no endpoint of the batch (`$16`) is ordered, and returns how many are:
+/// the common case is then one round trip, with no transaction around it.
+/// An ordered endpoint's settling must take its turn lock before it writes
+/// (see `turns.rs`), so a batch with one goes the transactional way, where
+/// the lock is taken first and this runs with `$17` false.
+///
+/// Settled deliveries stay settled, and only a newer attempt than the last
+/// one recorded moves the state (see `AttemptRecord`). A delivery retention
+/// removed (a late duplicate) has no log to keep.
+const RECORD: &str = "
+    WITH ordered AS (
+        SELECT id FROM endpoints WHERE $17 AND id = ANY($16) AND ordering = 'ordered'
+    ), logs AS (
+        INSERT INTO delivery_attempts
+               (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+        SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[],
+                             $8::text[], $9::int4[], $10::timestamptz[])
+               AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+         WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
+           AND NOT EXISTS (SELECT 1 FROM ordered)
+        RETURNING 1
+    ), states AS (
+        UPDATE deliveries d
+           SET state = u.state, next_attempt_at = u.next_attempt_at,
+               attempts = d.attempts + (u.attempt IS NOT NULL)::int,
+               last_attempt = coalesce(u.attempt, d.last_attempt),
+               last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
+                                              ELSE d.generation END,
+               sweeps = 0, updated_at = now()
+          FROM unnest($11::int8[], $12::text[], $13::timestamptz[], $14::int4[], $15::int4[])
+               AS u(id, state, next_attempt_at, attempt, generation)
+         WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
+           AND (u.generation IS NULL OR d.generation = u.generation)
+           AND (u.attempt IS NULL OR d.last_attempt_generation <> d.generation OR u.attempt > d.last_attempt)
+           AND NOT EXISTS (SELECT 1 FROM ordered)
+        RETURNING 1
+    )
+    SELECT count(*) FROM ordered";
 
 impl PgStore {
     pub(in crate::store) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
@@ -31,40 +72,6 @@ impl PgStore {
         let mut endpoints: Vec<&str> = records.iter().map(|r| r.endpoint_id.as_str()).collect();
         endpoints.sort_unstable();
         endpoints.dedup();
-        let mut tx = self.pool.begin().await?;
-        // Settling a delivery of an endpoint ordered as stored now may hand
-        // the turn on (one switched to `none` since had its waiting
-        // deliveries released by the switch).
-        let ordered: Vec<String> =
-            sqlx::query_scalar("SELECT id FROM endpoints WHERE id = ANY($1) AND ordering = 'ordered'")
-                .bind(&endpoints)
-                .fetch_all(&mut *tx)
-                .await?;
-        if !ordered.is_empty() {
-            super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-        }
-        if !logs.is_empty() {
-            sqlx::query(
-                "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-                 SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[], $8::text[], $9::int4[], $10::timestamptz[])
-                        AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-                  -- A delivery retention removed (a late duplicate) has no log to keep.
-                  WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(r, _)| r.delivery_id).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(r, _)| r.endpoint_id.as_str()).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.event_id.as_str()).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.status.and_then(|s| i16::try_from(s).ok())).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.response_body.as_deref()).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.error.as_deref()).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| i32::try_from(l.duration_ms).unwrap_or(i32::MAX)).collect::<Vec<_>>())
-            .bind(logs.iter().map(|(_, l)| l.created_at).collect::<Vec<_>>())
-            .execute(&mut *tx)
-            .await?;
-        }
         // One outcome per delivery: of several in a batch (duplicates), the
         // newest, success first; one UPDATE may not apply two rows to one.
         records.dedup_by(|later, kept| {
@@ -76,35 +83,47 @@ impl PgStore {
             }
             true
         });
-        // Settled deliveries stay settled, and only a newer attempt than the
-        // last one recorded moves the state (see `AttemptRecord`).
-        sqlx::query(
-            "UPDATE deliveries d
-                SET state = u.state, next_attempt_at = u.next_attempt_at,
-                    attempts = d.attempts + (u.attempt IS NOT NULL)::int,
-                    last_attempt = coalesce(u.attempt, d.last_attempt),
-                    last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
-                                                   ELSE d.generation END,
-                    sweeps = 0, updated_at = now()
-               FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::int4[], $5::int4[])
-                    AS u(id, state, next_attempt_at, attempt, generation)
-              WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
-                AND (u.generation IS NULL OR d.generation = u.generation)
-                AND (u.attempt IS NULL OR d.last_attempt_generation <> d.generation
-                     OR u.attempt > d.last_attempt)",
-        )
-        .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
-        .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
-        .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
-        .bind(records.iter().map(|r| r.log.as_ref().map(|l| l.attempt)).collect::<Vec<_>>())
-        .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
-        .execute(&mut *tx)
-        .await?;
-        // A settled delivery of an ordered endpoint hands the turn on.
-        if !ordered.is_empty() {
-            self.release_turns(&mut tx, &ordered, false).await?;
+        let record = |unless_ordered: bool| {
+            sqlx::query_scalar::<_, i64>(RECORD)
+                .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(r, _)| r.delivery_id).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(r, _)| r.endpoint_id.as_str()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.event_id.as_str()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.status.and_then(|s| i16::try_from(s).ok())).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.response_body.as_deref()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.error.as_deref()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| i32::try_from(l.duration_ms).unwrap_or(i32::MAX)).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.created_at).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.log.as_ref().map(|l| l.attempt)).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
+                .bind(endpoints.clone())
+                .bind(unless_ordered)
+        };
+        let ordered_in_batch = record(true).fetch_one(&self.pool).await?;
+        if ordered_in_batch > 0 {
+            let mut tx = self.pool.begin().await?;
+            // Settling a delivery of an endpoint ordered as stored now may
+            // hand the turn on (one switched to `none` since had its waiting
+            // deliveries released by the switch).
+            let ordered: Vec<String> =
+                sqlx::query_scalar("SELECT id FROM endpoints WHERE id = ANY($1) AND ordering = 'ordered'")
+                    .bind(&endpoints)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            if !ordered.is_empty() {
+                super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            }
+            record(false).fetch_one(&mut *tx).await?;
+            // A settled delivery of an ordered endpoint hands the turn on.
+            if !ordered.is_empty() {
+                self.release_turns(&mut tx, &ordered, false).await?;
+            }
+            tx.commit().await?;
         }
-        tx.commit().await?;
         // Health is written after the commit, one endpoint per statement:
         // each statement locks one health row, so concurrent dispatchers
         // never wait on each other in a cycle, and a healthy endpoint's row
@@ -138,23 +157,24 @@ impl PgStore {
         Ok(())
     }
 
-    pub(in crate::store) async fn retry_standing(
+    pub(in crate::store) async fn retry_standings(
         &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        attempt: i32,
-    ) -> StoreResult<RetryStanding> {
-        let current: Option<bool> = sqlx::query_scalar(
-            "SELECT ($2::int4 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
-                    AND (last_attempt_generation <> generation OR $3 > last_attempt)
-               FROM deliveries WHERE id = $1",
+        questions: &[StandingQuestion],
+    ) -> StoreResult<Vec<RetryStanding>> {
+        let current: Vec<bool> = sqlx::query_scalar(
+            "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
+                             AND d.state NOT IN ('succeeded', 'cancelled')
+                             AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false)
+               FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
+               LEFT JOIN deliveries d ON d.id = q.id
+              ORDER BY q.n",
         )
-        .bind(delivery_id)
-        .bind(generation)
-        .bind(attempt)
-        .fetch_optional(&self.pool)
+        .bind(questions.iter().map(|q| q.delivery_id).collect::<Vec<_>>())
+        .bind(questions.iter().map(|q| q.generation).collect::<Vec<_>>())
+        .bind(questions.iter().map(|q| q.attempt).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
         .await?;
-        Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })
+        Ok(current.into_iter().map(|c| if c { RetryStanding::Current } else { RetryStanding::Superseded }).collect())
     }
 
     pub(in crate::store) async fn list_logs(
@@ -216,7 +236,9 @@ impl PgStore {
     /// in its own statement: its success first, then the failures after it.
     async fn record_health(&self, changes: &[HealthChange]) -> StoreResult<()> {
         for change in changes {
-            if let Some(at) = change.succeeded_at {
+            if let Some(at) = change.succeeded_at
+                && self.written_successes.must_write(&change.endpoint_id, at)
+            {
                 // The row is locked only when it changes: a success that
                 // ends a streak, or one a second after the last written.
                 sqlx::query(
@@ -239,8 +261,10 @@ impl PgStore {
                 .bind(SUCCESS_PRECISION_SECONDS)
                 .execute(&self.pool)
                 .await?;
+                self.written_successes.wrote(&change.endpoint_id, at);
             }
             if let Some(failures) = change.failures {
+                self.written_successes.failed(&change.endpoint_id);
                 write_failures(&self.pool, &change.endpoint_id, failures).await?;
             }
         }

@@ -10,8 +10,8 @@ use super::PgStore;
 use crate::{
     model::EventEpoch,
     store::{
-        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
-        SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
+        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch,
+        RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
     },
 };
 
@@ -20,58 +20,113 @@ use crate::{
 const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
 
 impl PgStore {
-    pub(in crate::store) async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
-        let stored: Result<(i64, String, i64, i64), sqlx::Error> = sqlx::query_as(
-            "WITH seq AS (
-                 INSERT INTO developers (id, next_event_sequence) VALUES ($1, 2)
-                 ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
-                 RETURNING next_event_sequence - 1 AS n
+    /// One statement for the whole batch (see [`crate::store::Store::ingest_events`]):
+    /// each developer's counter moves once, by the number of its events,
+    /// rows locked in developer order so that two API processes cannot
+    /// deadlock; the events are numbered in the batch's order. A twin that
+    /// another process committed fails the statement on the unique index:
+    /// then each event is stored on its own, and only the twin is refused.
+    pub(in crate::store) async fn ingest_events(
+        &self,
+        events: &[&NewEvent],
+        outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        match self.ingest_batch(events, outbox).await {
+            Err(StoreError::IdempotencyKeyTaken) if events.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(events.len());
+                for event in events {
+                    outcomes.push(self.ingest_batch(std::slice::from_ref(event), outbox).await.and_then(|mut one| {
+                        one.pop().ok_or_else(|| StoreError::Corrupt("an ingest returned no outcome".into()))
+                    }));
+                }
+                Ok(outcomes)
+            }
+            Err(StoreError::IdempotencyKeyTaken) => Ok(vec![Err(StoreError::IdempotencyKeyTaken)]),
+            Err(error) => Err(error),
+            Ok(outcomes) => Ok(outcomes.into_iter().map(Ok).collect()),
+        }
+    }
+
+    async fn ingest_batch(&self, events: &[&NewEvent], outbox: bool) -> StoreResult<Vec<IngestOutcome>> {
+        type Stored = (String, i64, String, Vec<i64>, Vec<String>, i64);
+        let stored: Result<Vec<Stored>, sqlx::Error> = sqlx::query_as(
+            "WITH input AS (
+                 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                                      $7::text[], $8::text[], $9::bytea[])
+                        WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, queue, key, hash, ord)
+             ), counts AS (
+                 SELECT developer_id, count(*) AS k FROM input GROUP BY developer_id
+             ), seq AS (
+                 INSERT INTO developers AS dv (id, next_event_sequence)
+                 SELECT developer_id, k + 1 FROM counts ORDER BY developer_id
+                 ON CONFLICT (id) DO UPDATE SET next_event_sequence = dv.next_event_sequence + excluded.next_event_sequence - 1
+                 RETURNING dv.id, dv.next_event_sequence AS next
+             ), numbered AS (
+                 SELECT i.*, s.next - c.k - 1 + row_number() OVER (PARTITION BY i.developer_id ORDER BY i.ord) AS n
+                   FROM input i JOIN counts c ON c.developer_id = i.developer_id JOIN seq s ON s.id = i.developer_id
              ), ev AS (
                  INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
-                 SELECT $2, $1, n, $3, $4 || n || $5, $6, $8, $9 FROM seq
-                 RETURNING sequence, body
+                 SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash FROM numbered ORDER BY ord
+                 RETURNING id, sequence, body
              ), d AS (
                  INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
-                 SELECT $2, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $6,
-                        CASE status WHEN 'active' THEN $6 END, seq.n
-                 FROM endpoints, seq
-                 WHERE developer_id = $1 AND status <> 'deleted'
-                   AND (cardinality(event_categories) = 0 OR $3 = ANY (event_categories))
-                 RETURNING id, state
+                 SELECT nb.id, e.id, CASE e.status WHEN 'active' THEN 'pending' ELSE 'held' END, nb.created_at,
+                        CASE e.status WHEN 'active' THEN nb.created_at END, nb.n
+                   FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
+                  WHERE e.status <> 'deleted'
+                    AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
+                  ORDER BY nb.ord, e.id
+                 RETURNING id, event_id, endpoint_id, state
              ), o AS (
                  INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force)
-                 SELECT '', $7, d.id, 0, false FROM d, ev WHERE d.state = 'pending'
+                 SELECT '', nb.queue, d.id, 0, false FROM d JOIN numbered nb ON nb.id = d.event_id
+                  WHERE $10 AND d.state = 'pending'
+                  ORDER BY d.id
                  RETURNING 1
+             ), per_event AS (
+                 SELECT event_id,
+                        array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
+                        array_agg(endpoint_id ORDER BY id) FILTER (WHERE state = 'pending') AS endpoints,
+                        count(*) FILTER (WHERE state = 'held') AS held
+                   FROM d GROUP BY event_id
              )
-             SELECT ev.sequence, ev.body,
-                    (SELECT count(*) FROM d WHERE state = 'pending'),
-                    (SELECT count(*) FROM d WHERE state = 'held')
-             FROM ev",
+             SELECT ev.id, ev.sequence, ev.body, coalesce(p.queued, '{}'), coalesce(p.endpoints, '{}'),
+                    coalesce(p.held, 0)
+               FROM ev LEFT JOIN per_event p ON p.event_id = ev.id",
         )
-        .bind(event.developer_id)
-        .bind(&event.id)
-        .bind(event.category.as_str())
-        .bind(&event.body_head)
-        .bind(&event.body_tail)
-        .bind(event.created_at)
-        .bind(self.work_queue(event.lane))
-        .bind(event.idempotency_key.as_deref())
-        .bind(event.request_hash.as_deref())
-        .fetch_one(&self.pool)
+        .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.developer_id).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.category.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.body_head.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.body_tail.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| self.work_queue(e.lane)).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
+        .bind(outbox)
+        .fetch_all(&self.pool)
         .await;
-        let (sequence, body, pending, held) = match stored {
-            Ok(stored) => stored,
+        let mut stored: std::collections::HashMap<String, Stored> = match stored {
+            Ok(rows) => rows.into_iter().map(|row| (row.0.clone(), row)).collect(),
             Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {
                 return Err(StoreError::IdempotencyKeyTaken);
             }
             Err(error) => return Err(error.into()),
         };
-        Ok(IngestOutcome {
-            sequence,
-            pending: usize::try_from(pending).unwrap_or_default(),
-            held: usize::try_from(held).unwrap_or_default(),
-            body,
-        })
+        events
+            .iter()
+            .map(|event| {
+                let (_, sequence, body, queued, endpoints, held) = stored
+                    .remove(&event.id)
+                    .ok_or_else(|| StoreError::Corrupt("an ingested event is missing".into()))?;
+                let queued = queued
+                    .into_iter()
+                    .zip(endpoints)
+                    .map(|(delivery_id, endpoint_id)| QueuedDelivery { delivery_id, endpoint_id })
+                    .collect();
+                Ok(IngestOutcome { sequence, queued, held: usize::try_from(held).unwrap_or_default(), body })
+            })
+            .collect()
     }
 
     pub(in crate::store) async fn find_idempotent_event(

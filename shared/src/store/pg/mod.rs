@@ -35,6 +35,8 @@ pub struct PgStore {
     /// The work queue of the bulk lane: recoveries, sweeps, and events past
     /// their developer's fair share.
     bulk_queue: String,
+    /// The endpoint successes this process wrote last (health).
+    written_successes: std::sync::Arc<crate::store::health::WrittenSuccesses>,
 }
 
 impl PgStore {
@@ -46,6 +48,7 @@ impl PgStore {
             lifecycle_exchange: topology.lifecycle(),
             deliveries_queue: topology.deliveries(),
             bulk_queue: topology.work_queue(crate::broker::Lane::Bulk),
+            written_successes: std::sync::Arc::default(),
         }
     }
 

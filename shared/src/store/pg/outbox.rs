@@ -115,6 +115,25 @@ impl PgStore {
         Ok((tx, ready, orphans))
     }
 
+    /// Writes outbox rows for first attempts that were handed to the relay
+    /// after their ingest and not confirmed by the broker, unless their
+    /// delivery has moved on since (settled, or re-armed by `send`, a sweep
+    /// or a recovery, which queued a message of its own) or has a row already.
+    pub async fn outbox_first_attempts(&self, deliveries: &[(i64, Lane)]) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force)
+             SELECT '', u.queue, d.id, d.generation, false
+               FROM unnest($1::int8[], $2::text[]) AS u(id, queue) JOIN deliveries d ON d.id = u.id
+              WHERE d.state = 'pending' AND d.generation = 0 AND d.last_attempt = 0
+                AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)",
+        )
+        .bind(deliveries.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+        .bind(deliveries.iter().map(|(_, lane)| self.work_queue(*lane)).collect::<Vec<_>>())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Deletes published messages inside the locking transaction.
     pub async fn delete_outbox(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> StoreResult<()> {
         sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(ids).execute(&mut **tx).await?;

@@ -8,7 +8,7 @@ use super::{SqliteStore, micros, time};
 use crate::{
     model::DeliveryLog,
     store::{
-        AttemptRecord, DeliveryState, RetryStanding, StoreResult,
+        AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
         health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
     },
 };
@@ -77,24 +77,28 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(in crate::store) async fn retry_standing(
+    pub(in crate::store) async fn retry_standings(
         &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        attempt: i32,
-    ) -> StoreResult<RetryStanding> {
-        // `next_attempt` is one past the last attempt recorded.
-        let current: Option<bool> = sqlx::query_scalar(
-            "SELECT ($2 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
-                    AND $3 >= next_attempt
-               FROM deliveries WHERE id = $1",
-        )
-        .bind(delivery_id)
-        .bind(generation)
-        .bind(attempt)
-        .fetch_optional(&self.reader)
-        .await?;
-        Ok(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded })
+        questions: &[StandingQuestion],
+    ) -> StoreResult<Vec<RetryStanding>> {
+        // One process, one file: a statement per question costs no round trip.
+        let mut reader = self.reader.acquire().await?;
+        let mut standings = Vec::with_capacity(questions.len());
+        for question in questions {
+            // `next_attempt` is one past the last attempt recorded.
+            let current: Option<bool> = sqlx::query_scalar(
+                "SELECT ($2 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
+                        AND $3 >= next_attempt
+                   FROM deliveries WHERE id = $1",
+            )
+            .bind(question.delivery_id)
+            .bind(question.generation)
+            .bind(question.attempt)
+            .fetch_optional(&mut *reader)
+            .await?;
+            standings.push(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded });
+        }
+        Ok(standings)
     }
 
     pub(in crate::store) async fn list_logs(

@@ -9,8 +9,8 @@ use super::{SqliteStore, json_list, micros, time};
 use crate::{
     model::EventEpoch,
     store::{
-        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, RecoveryBatch, RecoveryWindow,
-        SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
+        EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch,
+        RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
     },
 };
 
@@ -22,75 +22,26 @@ fn stored((id, body, created_at): EventRow) -> StoreResult<StoredEvent> {
 }
 
 impl SqliteStore {
-    pub(in crate::store) async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
-        let developer_id = event.developer_id.hyphenated();
-        let created_at = micros(event.created_at);
+    /// The whole batch in one transaction, one event after the other (see
+    /// [`crate::store::Store::ingest_events`]): one commit, one fsync. The
+    /// write lock is held from the first check to the commit, so a key found
+    /// free stays free and the counter hands out each sequence once.
+    pub(in crate::store) async fn ingest_events(
+        &self,
+        events: &[&NewEvent],
+        _outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let now = micros(crate::time::now());
-        // The write lock is held from here to the commit: the key checked free
-        // stays free, and the counter hands out each sequence once.
         let mut tx = self.begin().await?;
-        if let Some(key) = &event.idempotency_key {
-            let taken: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM events WHERE developer_id = $1 AND idempotency_key = $2)",
-            )
-            .bind(developer_id)
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?;
-            if taken {
-                return Err(StoreError::IdempotencyKeyTaken);
-            }
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in events {
+            outcomes.push(ingest_one(&mut tx, event, now).await?);
         }
-        let sequence: i64 = sqlx::query_scalar(
-            "INSERT INTO developers (id, next_event_sequence, created_at) VALUES ($1, 2, $2)
-             ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
-             RETURNING next_event_sequence - 1",
-        )
-        .bind(developer_id)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        let body = format!("{}{sequence}{}", event.body_head, event.body_tail);
-        sqlx::query(
-            "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&event.id)
-        .bind(developer_id)
-        .bind(sequence)
-        .bind(event.category.as_str())
-        .bind(&body)
-        .bind(created_at)
-        .bind(event.idempotency_key.as_deref())
-        .bind(event.request_hash.as_deref())
-        .execute(&mut *tx)
-        .await?;
-        let states: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at,
-                                     event_sequence, lane)
-             SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
-                    CASE status WHEN 'active' THEN $3 END, $5, $5, $6, $7
-               FROM endpoints
-              WHERE developer_id = $2 AND status <> 'deleted'
-                AND (json_array_length(event_categories) = 0
-                     OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
-             RETURNING state",
-        )
-        .bind(&event.id)
-        .bind(developer_id)
-        .bind(created_at)
-        .bind(event.category.as_str())
-        .bind(now)
-        .bind(sequence)
-        .bind(event.lane.as_str())
-        .fetch_all(&mut *tx)
-        .await?;
         tx.commit().await?;
-        let pending = states.iter().filter(|s| *s == "pending").count();
-        if pending > 0 {
+        if outcomes.iter().any(|outcome| outcome.as_ref().is_ok_and(|o| !o.queued.is_empty())) {
             self.work.notify_one();
         }
-        Ok(IngestOutcome { sequence, pending, held: states.len() - pending, body })
+        Ok(outcomes)
     }
 
     pub(in crate::store) async fn find_idempotent_event(
@@ -355,3 +306,76 @@ const WANTED: &str = "
     SELECT s.id, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
      WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
+
+/// Stores one event of a batch; `Ok(Err(IdempotencyKeyTaken))` when its key
+/// is taken (the batch goes on), `Err` when the transaction failed.
+async fn ingest_one(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    event: &NewEvent,
+    now: i64,
+) -> StoreResult<StoreResult<IngestOutcome>> {
+    let developer_id = event.developer_id.hyphenated();
+    let created_at = micros(event.created_at);
+    if let Some(key) = &event.idempotency_key {
+        let taken: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events WHERE developer_id = $1 AND idempotency_key = $2)")
+                .bind(developer_id)
+                .bind(key)
+                .fetch_one(&mut **tx)
+                .await?;
+        if taken {
+            return Ok(Err(StoreError::IdempotencyKeyTaken));
+        }
+    }
+    let sequence: i64 = sqlx::query_scalar(
+        "INSERT INTO developers (id, next_event_sequence, created_at) VALUES ($1, 2, $2)
+         ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
+         RETURNING next_event_sequence - 1",
+    )
+    .bind(developer_id)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    let body = format!("{}{sequence}{}", event.body_head, event.body_tail);
+    sqlx::query(
+        "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(&event.id)
+    .bind(developer_id)
+    .bind(sequence)
+    .bind(event.category.as_str())
+    .bind(&body)
+    .bind(created_at)
+    .bind(event.idempotency_key.as_deref())
+    .bind(event.request_hash.as_deref())
+    .execute(&mut **tx)
+    .await?;
+    let deliveries: Vec<(i64, String, String)> = sqlx::query_as(
+        "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at,
+                                 event_sequence, lane)
+         SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
+                CASE status WHEN 'active' THEN $3 END, $5, $5, $6, $7
+           FROM endpoints
+          WHERE developer_id = $2 AND status <> 'deleted'
+            AND (json_array_length(event_categories) = 0
+                 OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
+         RETURNING id, endpoint_id, state",
+    )
+    .bind(&event.id)
+    .bind(developer_id)
+    .bind(created_at)
+    .bind(event.category.as_str())
+    .bind(now)
+    .bind(sequence)
+    .bind(event.lane.as_str())
+    .fetch_all(&mut **tx)
+    .await?;
+    let held = deliveries.iter().filter(|(_, _, state)| state == "held").count();
+    let queued = deliveries
+        .into_iter()
+        .filter(|(_, _, state)| state == "pending")
+        .map(|(delivery_id, endpoint_id, _)| QueuedDelivery { delivery_id, endpoint_id })
+        .collect();
+    Ok(Ok(IngestOutcome { sequence, queued, held, body }))
+}
