@@ -1,8 +1,15 @@
-//! `POST /internal/events`: producers hand events over here. The event, its
-//! deliveries and their outbox messages are committed together before the 201,
-//! so an accepted event survives any later crash. A producer that retries
-//! sends an `Idempotency-Key`: the same request again answers the event it
-//! made, with `Idempotent-Replayed: true`, instead of making a second one.
+//! `POST /internal/events`: producers hand events over here. The event and
+//! its deliveries are committed together before the 201, so an accepted event
+//! survives any later crash. A producer that retries sends an
+//! `Idempotency-Key`: the same request again answers the event it made, with
+//! `Idempotent-Replayed: true`, instead of making a second one.
+//!
+//! Handlers do not write themselves: they hand their event to the
+//! [`Ingester`], one writer per process, which stores whatever has queued up
+//! while its previous batch committed in one transaction (group commit), then
+//! hands the first attempts to the relay (see `relay.rs`).
+
+use std::sync::Arc;
 
 use axum::{
     Router,
@@ -14,11 +21,13 @@ use axum::{
 };
 use serde::Deserialize;
 use shared::{
-    broker::Lane,
+    batch::{Batcher, Batching},
+    broker::{DeliveryMessage, Envelope, Lane, Message},
     ids,
     model::{Category, Event},
-    store::{NewEvent, StoreError, StoredResponse},
+    store::{IngestOutcome, NewEvent, Store, StoreError, StoreResult, StoredResponse},
 };
+use tokio::sync::Notify;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -26,8 +35,115 @@ use crate::{
     error::{ApiError, ApiResult, Location},
     extract::parse_json,
     idempotency::{self, fingerprint},
+    metrics::Metrics,
+    relay::{Publisher, Ready},
     state::AppState,
 };
+
+/// Events per ingest transaction at most.
+const MAX_BATCH: usize = 256;
+
+/// The one writer of ingested events ([`shared::batch`]): each call waits
+/// for the commit of the batch its event went in. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Ingester {
+    batcher: Batcher<NewEvent, StoreResult<IngestOutcome>>,
+}
+
+impl Ingester {
+    /// Starts the writer; it stops once every handle is dropped and what was
+    /// handed to it is stored. `publisher`: the relay that publishes first
+    /// attempts (distributed mode); without it, or while its broker is down,
+    /// queued deliveries get outbox rows and `wake` is notified.
+    pub fn spawn(
+        store: Store,
+        publisher: Option<Publisher>,
+        wake: Arc<Notify>,
+        metrics: Arc<Metrics>,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> Ingester {
+        let writer = Arc::new(Writer { store, publisher, wake, metrics });
+        let batcher = Batcher::spawn(Batching { max: MAX_BATCH, linger: None }, tasks, move |events| {
+            let writer = writer.clone();
+            async move { writer.write(events).await }
+        });
+        Ingester { batcher }
+    }
+
+    /// Stores `event` with the batch it joins.
+    pub async fn ingest(&self, event: NewEvent) -> StoreResult<IngestOutcome> {
+        self.batcher
+            .submit(event)
+            .await
+            .unwrap_or_else(|| Err(StoreError::Corrupt("the ingest writer has stopped".into())))
+    }
+}
+
+struct Writer {
+    store: Store,
+    publisher: Option<Publisher>,
+    wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+}
+
+impl Writer {
+    /// Stores one batch and hands its first attempts over.
+    async fn write(&self, events: Vec<NewEvent>) -> Vec<StoreResult<IngestOutcome>> {
+        self.metrics.ingest_batch_size.observe(events.len() as f64);
+        // With the broker up, the first attempts go straight to the relay;
+        // else they wait in the outbox, written with their events.
+        let publisher = self.publisher.as_ref().filter(|publisher| publisher.broker_up());
+        match self.store.ingest_events(&events, publisher.is_none()).await {
+            Ok(outcomes) => {
+                match publisher {
+                    Some(publisher) => self.hand_over(publisher, &events, &outcomes).await,
+                    None if outcomes.iter().any(|o| o.as_ref().is_ok_and(|o| !o.queued.is_empty())) => {
+                        self.wake.notify_one();
+                    }
+                    None => {}
+                }
+                outcomes
+            }
+            Err(error) => {
+                let error = Arc::new(error);
+                events.iter().map(|_| Err(StoreError::Batch(error.clone()))).collect()
+            }
+        }
+    }
+
+    /// Hands the first attempts of a committed batch to the relay, or to the
+    /// outbox when the relay cannot take them.
+    async fn hand_over(&self, publisher: &Publisher, events: &[NewEvent], outcomes: &[StoreResult<IngestOutcome>]) {
+        let mut ready = Vec::new();
+        for (event, outcome) in events.iter().zip(outcomes) {
+            let Ok(outcome) = outcome else { continue };
+            for queued in &outcome.queued {
+                let message = DeliveryMessage::first_attempt(
+                    queued.delivery_id,
+                    &queued.endpoint_id,
+                    event,
+                    outcome.body.clone(),
+                );
+                let payload = Envelope::new(Message::Delivery(message)).to_bytes();
+                ready.push(Ready { delivery_id: queued.delivery_id, lane: event.lane, payload });
+            }
+        }
+        if ready.is_empty() {
+            return;
+        }
+        let Err(refused) = publisher.hand_over(ready) else { return };
+        let Some(pg) = self.store.postgres() else { return };
+        let deliveries: Vec<(i64, Lane)> = refused.iter().map(|m| (m.delivery_id, m.lane)).collect();
+        match pg.outbox_first_attempts(&deliveries).await {
+            Ok(()) => self.wake.notify_one(),
+            Err(error) => tracing::warn!(
+                %error,
+                count = deliveries.len(),
+                "first attempts neither handed over nor written to the outbox; the sweeper will queue them again"
+            ),
+        }
+    }
+}
 
 /// The routes of the ingest endpoint.
 pub fn router() -> Router<AppState> {
@@ -184,33 +300,35 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         event_created_at: created_at,
     };
     let (body_head, body_tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
+    let developer_id = event.event_developer_id;
+    let twin = idempotency_key.clone().zip(request_hash.clone());
     let new = NewEvent {
         id,
-        developer_id: event.event_developer_id,
+        developer_id,
         category: event.event_category,
         created_at,
         idempotency_key,
         request_hash,
         body_head,
         body_tail,
-        lane: state.fair_share.as_ref().map_or(Lane::Default, |share| share.lane(event.event_developer_id)),
+        lane: state.fair_share.as_ref().map_or(Lane::Default, |share| share.lane(developer_id)),
     };
-    let outcome = match state.store.ingest_event(&new).await {
+    let outcome = match state.ingester.ingest(new).await {
         Ok(outcome) => outcome,
-        // A concurrent request with the same key committed first: answer its event.
+        // A twin with the same key committed first (a concurrent request, or
+        // an earlier one of the same batch): answer its event.
         Err(StoreError::IdempotencyKeyTaken) => {
-            let (Some(key), Some(hash)) = (&new.idempotency_key, &new.request_hash) else {
+            let Some((key, hash)) = &twin else {
                 return Err(ApiError::Unexpected(anyhow::anyhow!("idempotency conflict without a key")));
             };
-            return replay(&state, new.developer_id, key, hash)
+            return replay(&state, developer_id, key, hash)
                 .await?
                 .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("the event of a concurrent twin is gone")));
         }
         Err(error) => return Err(error.into()),
     };
-    state.relay_wake.notify_one();
     state.metrics.events_accepted.inc();
-    tracing::debug!(event_id = %new.id, developer_id = %new.developer_id, pending = outcome.pending, held = outcome.held, "event accepted");
+    tracing::debug!(event_id = %event.event_id, %developer_id, queued = outcome.queued.len(), held = outcome.held, "event accepted");
     Ok((StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], outcome.body).into_response())
 }
 

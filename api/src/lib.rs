@@ -43,7 +43,7 @@ use shared::{
     store::{Purged, RETENTION_BATCH, Store, retention_cutoff},
     tls,
 };
-use tokio::{net::TcpListener, sync::watch};
+use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -141,17 +141,16 @@ async fn serve(
     // Delivery that stops with an error stops the process: accepting events
     // that nothing delivers would only look healthy.
     let fatal: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
-    let (broker_up, delivery_metrics) = match &mode {
+    let (broker_up, delivery_metrics, publisher) = match &mode {
         Mode::Distributed => {
-            let (broker_tx, broker_rx) = watch::channel(false);
-            let relay = relay::Relay {
-                store: store.postgres().cloned().context("the distributed mode runs on PostgreSQL")?,
-                amqp_url: common.amqp_url.clone(),
-                topology: topology.clone(),
-                wake: relay_wake.clone(),
-                broker_up: broker_tx,
-                metrics: metrics.clone(),
-            };
+            let (relay, publisher) = relay::Relay::new(
+                store.postgres().cloned().context("the distributed mode runs on PostgreSQL")?,
+                common.amqp_url.clone(),
+                topology.clone(),
+                relay_wake.clone(),
+                metrics.clone(),
+            );
+            let broker_rx = relay.broker_up.subscribe();
             let sweeper = sweeper::Sweeper {
                 store: relay.store.clone(),
                 amqp_url: common.amqp_url.clone(),
@@ -161,9 +160,9 @@ async fn serve(
             };
             tasks.spawn(relay.run(background.clone()));
             tasks.spawn(sweeper.run(background.clone()));
-            (Some(broker_rx), None)
+            (Some(broker_rx), None, Some(publisher))
         }
-        Mode::Standalone(None) => (None, None),
+        Mode::Standalone(None) => (None, None, None),
         Mode::Standalone(Some(delivery)) => {
             let sqlite = store.sqlite().cloned().context("standalone mode runs on its own store")?;
             let delivery_metrics = Arc::new(dispatcher::metrics::Metrics::new());
@@ -179,9 +178,10 @@ async fn serve(
                     stop_listeners.cancel();
                 }
             });
-            (None, Some(delivery_metrics))
+            (None, Some(delivery_metrics), None)
         }
     };
+    let ingester = ingest::Ingester::spawn(store.clone(), publisher, relay_wake.clone(), metrics.clone(), &tasks);
     let state = AppState {
         config: Arc::new(config.clone()),
         store: store.clone(),
@@ -190,6 +190,7 @@ async fn serve(
         tls,
         metrics,
         relay_wake,
+        ingester,
         broker_up,
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),

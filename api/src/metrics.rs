@@ -45,6 +45,11 @@ pub struct Metrics {
     pub outbox_backlog: Gauge,
     /// Events accepted on `/internal/events`.
     pub events_accepted: Counter,
+    /// First attempts published and confirmed straight after their ingest,
+    /// without an outbox row.
+    pub first_attempts_published: Counter,
+    /// Events per ingest transaction.
+    pub ingest_batch_size: Histogram,
 }
 
 impl Metrics {
@@ -56,12 +61,29 @@ impl Metrics {
         let outbox_published = Counter::default();
         let outbox_backlog = Gauge::default();
         let events_accepted = Counter::default();
+        let first_attempts_published = Counter::default();
+        let ingest_batch_size = Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]);
         registry.register("http_requests", "HTTP requests by route, method and status", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency by route", latency.clone());
         registry.register("outbox_published", "Broker messages published and confirmed", outbox_published.clone());
         registry.register("outbox_backlog", "Messages waiting in the outbox at the last scan", outbox_backlog.clone());
         registry.register("events_accepted", "Events accepted for delivery", events_accepted.clone());
-        Metrics { registry, requests, latency, outbox_published, outbox_backlog, events_accepted }
+        registry.register(
+            "first_attempts_published",
+            "First attempts published and confirmed straight after their ingest, without an outbox row",
+            first_attempts_published.clone(),
+        );
+        registry.register("ingest_batch_size", "Events stored per ingest transaction", ingest_batch_size.clone());
+        Metrics {
+            registry,
+            requests,
+            latency,
+            outbox_published,
+            outbox_backlog,
+            events_accepted,
+            first_attempts_published,
+            ingest_batch_size,
+        }
     }
 
     /// The Prometheus text exposition.

@@ -1,24 +1,35 @@
-//! The outbox relay: publishes committed outbox rows to RabbitMQ with
-//! publisher confirms and deletes each row only once the broker confirmed it.
+//! The relay: publishes to RabbitMQ, with publisher confirms, what the API
+//! committed. Two inputs:
 //!
-//! A commit wakes the relay at once (so latency is one round trip, not a
-//! polling tick); a slow scan every second is the safety net. While the broker
-//! is down the rows wait and the API keeps accepting work; the relay
-//! reconnects with capped exponential backoff and drains them.
+//! - first attempts handed over in-process by the ingest writer right after
+//!   its commit ([`Publisher`]): published at once, with no outbox row; one
+//!   the broker does not confirm is written to the outbox then;
+//! - the outbox: rows written with the change they announce (lifecycle
+//!   messages, `send`, recoveries, sweeps, released turns, and first attempts
+//!   made while the broker was down), each deleted only once the broker
+//!   confirmed it. A commit wakes the relay at once; a scan every second is
+//!   the safety net.
+//!
+//! While the broker is down the ingest writer writes outbox rows itself and
+//! the API keeps accepting work; the relay reconnects with capped exponential
+//! backoff and drains them. What a crash loses between a commit and a
+//! confirm is a delivery due and named by no outbox row, which the sweeper
+//! queues again.
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use futures::{StreamExt, stream::FuturesUnordered};
 use lapin::{
-    Confirmation, Connection,
+    Confirmation, Connection, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
 };
 use shared::{
-    broker::{self, Topology},
+    broker::{self, Lane, Topology},
     store::pg::{OUTBOX_CHANNEL, PgStore},
 };
 use sqlx::postgres::PgListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -61,6 +72,42 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The safety-net scan interval.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
+/// Batches of handed-over messages the relay holds before it refuses more
+/// (the writer then puts them in the outbox).
+const HANDED_OVER_BATCHES: usize = 1024;
+
+/// A committed delivery's first message, handed to the relay to publish.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub delivery_id: i64,
+    pub lane: Lane,
+    /// The message, serialised.
+    pub payload: Vec<u8>,
+}
+
+/// The ingest writer's handle on the relay.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    ready: mpsc::Sender<Vec<Ready>>,
+    broker_up: watch::Receiver<bool>,
+}
+
+impl Publisher {
+    /// Whether the relay holds a working broker channel: if not, queued
+    /// deliveries had better be written to the outbox with their event.
+    pub fn broker_up(&self) -> bool {
+        *self.broker_up.borrow()
+    }
+
+    /// Hands committed messages over; gives them back when the relay cannot
+    /// take them (it is stopping, or holds too many already).
+    pub fn hand_over(&self, batch: Vec<Ready>) -> Result<(), Vec<Ready>> {
+        self.ready.try_send(batch).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(batch) | mpsc::error::TrySendError::Closed(batch) => batch,
+        })
+    }
+}
+
 /// What the relay needs.
 pub struct Relay {
     pub store: PgStore,
@@ -69,7 +116,13 @@ pub struct Relay {
     pub wake: Arc<Notify>,
     pub broker_up: watch::Sender<bool>,
     pub metrics: Arc<Metrics>,
+    /// Messages handed over by the ingest writer.
+    ready: Mutex<mpsc::Receiver<Vec<Ready>>>,
 }
+
+/// The confirms of one handed-over batch: resolves to the messages the broker
+/// did not confirm.
+type Confirming = Pin<Box<dyn Future<Output = Vec<Ready>> + Send>>;
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,6 +137,20 @@ impl std::fmt::Debug for Relay {
 }
 
 impl Relay {
+    /// A relay, and the handle the ingest writer hands it messages with.
+    pub fn new(
+        store: PgStore,
+        amqp_url: String,
+        topology: Topology,
+        wake: Arc<Notify>,
+        metrics: Arc<Metrics>,
+    ) -> (Relay, Publisher) {
+        let (broker_up, broker_up_rx) = watch::channel(false);
+        let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
+        let relay = Relay { store, amqp_url, topology, wake, broker_up, metrics, ready: Mutex::new(ready) };
+        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx })
+    }
+
     /// Runs until `shutdown`; then publishes what is already committed, within
     /// a short deadline, so a clean stop leaves nothing behind needlessly.
     pub async fn run(self, shutdown: CancellationToken) {
@@ -94,6 +161,15 @@ impl Relay {
             result
         })
         .await;
+        // What was handed over and not published goes to the outbox, for the
+        // next relay; later hand-overs find the relay gone and do the same.
+        let mut ready = self.ready.lock().await;
+        ready.close();
+        let mut left = Vec::new();
+        while let Ok(batch) = ready.try_recv() {
+            left.extend(batch);
+        }
+        self.to_outbox(left).await;
         let _ = listening.await;
     }
 
@@ -105,7 +181,14 @@ impl Relay {
         self.broker_up.send_replace(true);
         tracing::info!("outbox relay connected to the broker");
 
-        let result = self.publish_loop(&connection, &channel, shutdown).await;
+        let mut ready = self.ready.lock().await;
+        let mut confirming = FuturesUnordered::new();
+        let result = self.publish_loop(&connection, &channel, shutdown, &mut ready, &mut confirming).await;
+        // Whatever way the session ends, the confirms under way come in (or
+        // fail with the channel) and what was not confirmed goes to the outbox.
+        while let Some(unconfirmed) = confirming.next().await {
+            self.to_outbox(unconfirmed).await;
+        }
         if result.is_ok() {
             let _ = tokio::time::timeout(CONFIRM_TIMEOUT, connection.close(200, "shutdown".into())).await;
         }
@@ -117,26 +200,129 @@ impl Relay {
         connection: &Connection,
         channel: &lapin::Channel,
         shutdown: &CancellationToken,
+        ready: &mut mpsc::Receiver<Vec<Ready>>,
+        confirming: &mut FuturesUnordered<Confirming>,
     ) -> anyhow::Result<()> {
+        let mut scan = tokio::time::interval(SCAN_EVERY);
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut read_outbox = true;
         loop {
-            // A stalled broker (memory or disk alarm) must not hold the outbox
-            // rows locked for ever: give up the round and reconnect.
-            let published = tokio::time::timeout(CONFIRM_TIMEOUT, self.publish_batch(channel))
-                .await
-                .map_err(|_| anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}"))??;
-            if published == BATCH as usize {
-                continue;
+            if read_outbox {
+                // A stalled broker (memory or disk alarm) must not hold the
+                // outbox rows locked for ever: give up the round and reconnect.
+                let published = tokio::time::timeout(CONFIRM_TIMEOUT, self.publish_batch(channel))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}"))??;
+                read_outbox = published == BATCH as usize;
             }
             if shutdown.is_cancelled() {
+                while let Ok(batch) = ready.try_recv() {
+                    let confirmed = self.publish_ready(channel, batch).await?;
+                    confirming.push(confirmed);
+                }
                 return Ok(());
             }
+            if read_outbox {
+                // A backlog in the outbox: hand-overs go out between its batches.
+                if let Ok(batch) = ready.try_recv() {
+                    let confirmed = self.publish_ready(channel, batch).await?;
+                    confirming.push(confirmed);
+                }
+                continue;
+            }
             tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(SCAN_EVERY) => {
+                Some(batch) = ready.recv() => {
+                    let confirmed = self.publish_ready(channel, batch).await?;
+                    confirming.push(confirmed);
+                }
+                Some(unconfirmed) = confirming.next() => self.to_outbox(unconfirmed).await,
+                () = self.wake.notified() => read_outbox = true,
+                _ = scan.tick() => {
                     anyhow::ensure!(connection.status().connected(), "connection closed");
+                    read_outbox = true;
                 }
                 () = shutdown.cancelled() => {}
             }
+        }
+    }
+
+    /// Publishes handed-over messages at once; the future returned resolves
+    /// to those the broker did not confirm. A publish that fails ends the
+    /// session; the batch's messages not yet published then go to the outbox
+    /// through the future.
+    async fn publish_ready(&self, channel: &lapin::Channel, batch: Vec<Ready>) -> anyhow::Result<Confirming> {
+        let mut confirms: Vec<(Ready, Option<PublisherConfirm>)> = Vec::with_capacity(batch.len());
+        let mut failure = None;
+        for message in batch {
+            if failure.is_some() {
+                confirms.push((message, None));
+                continue;
+            }
+            let queue = self.topology.work_queue(message.lane);
+            let published = channel
+                .basic_publish(
+                    "".into(),
+                    queue.as_str().into(),
+                    BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+                    &message.payload,
+                    broker::persistent_json(),
+                )
+                .await;
+            match published {
+                Ok(confirm) => confirms.push((message, Some(confirm))),
+                Err(error) => {
+                    failure = Some(error);
+                    confirms.push((message, None));
+                }
+            }
+        }
+        let metrics = self.metrics.clone();
+        let confirmed: Confirming = Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+            let mut unconfirmed = Vec::new();
+            let mut published = 0;
+            for (message, confirm) in confirms {
+                let confirmation = match confirm {
+                    Some(confirm) => tokio::time::timeout_at(deadline, confirm).await.ok().and_then(Result::ok),
+                    None => None,
+                };
+                match confirmation {
+                    Some(Confirmation::Ack(None)) => published += 1,
+                    _ => unconfirmed.push(message),
+                }
+            }
+            metrics.first_attempts_published.inc_by(published);
+            unconfirmed
+        });
+        match failure {
+            None => Ok(confirmed),
+            Some(error) => {
+                // The future still settles what was published before.
+                let unconfirmed = confirmed.await;
+                self.to_outbox(unconfirmed).await;
+                Err(anyhow::Error::new(error).context("publish"))
+            }
+        }
+    }
+
+    /// Writes handed-over messages that were not confirmed to the outbox, for
+    /// the relay's usual path. Should that fail too (the database is down),
+    /// the sweeper queues their deliveries again later.
+    async fn to_outbox(&self, unconfirmed: Vec<Ready>) {
+        if unconfirmed.is_empty() {
+            return;
+        }
+        let deliveries: Vec<(i64, Lane)> = unconfirmed.iter().map(|m| (m.delivery_id, m.lane)).collect();
+        match self.store.outbox_first_attempts(&deliveries).await {
+            Ok(()) => {
+                tracing::info!(count = deliveries.len(), "unconfirmed first attempts written to the outbox");
+                self.wake.notify_one();
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                count = deliveries.len(),
+                "unconfirmed first attempts not written to the outbox; the sweeper will queue them again"
+            ),
         }
     }
 

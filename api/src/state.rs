@@ -19,6 +19,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Wakes the outbox relay after a commit, so messages leave at once.
     pub relay_wake: Arc<Notify>,
+    /// Stores ingested events in batches.
+    pub ingester: crate::ingest::Ingester,
     /// Whether the relay holds a working broker channel; `None` in standalone
     /// mode, which has no broker.
     pub broker_up: Option<watch::Receiver<bool>>,
