@@ -10,6 +10,7 @@
 //! - [`deliver`]: one signed HTTP attempt;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`recorder`]: batched writes of attempts and delivery state;
+//! - [`standing`]: batched checks that a retry should still be made;
 //! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
 //!   `/metrics`, until shutdown; [`start_embedded`]: delivery inside the
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod recorder;
 pub mod settle;
 pub mod source;
+pub mod standing;
 pub mod worker;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -139,6 +141,7 @@ async fn context(
         client,
         cache: EndpointCache::new(store.clone(), cipher, delivery.endpoint_cache_ttl),
         recorder: Recorder::spawn(store.clone(), writers),
+        standings: standing::Standings::spawn(store.clone(), writers),
         store,
         metrics,
         per_endpoint: std::sync::Mutex::new(HashMap::new()),
@@ -165,10 +168,21 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             .into_future(),
     );
 
-    shared::broker::reconnecting("dispatcher", &shutdown, || {
-        source::amqp::session(context.clone(), &topology, &broker_tx, &shutdown)
-    })
-    .await;
+    // On a worker thread of the runtime, not the thread that called `run`:
+    // the tasks the session spawns then start on the same worker, instead of
+    // each waking a parked one from outside.
+    let sessions = tokio::spawn({
+        let (context, shutdown) = (context.clone(), shutdown.clone());
+        async move {
+            shared::broker::reconnecting("dispatcher", &shutdown, || {
+                source::amqp::session(context.clone(), &topology, &broker_tx, &shutdown)
+            })
+            .await;
+        }
+    });
+    if let Err(error) = sessions.await {
+        tracing::error!(%error, "the broker sessions ended abnormally");
+    }
 
     // Every handler has finished: let the recorder drain, then stop.
     drop(context);

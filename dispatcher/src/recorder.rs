@@ -1,59 +1,64 @@
-//! Writes attempt outcomes in batches: whatever has queued up while the
-//! previous batch committed goes in the next transaction. Each caller waits for
-//! the commit of its own record before it acks its message.
+//! Writes attempt outcomes in batches ([`shared::batch`]): whatever has queued
+//! up while the previous batch committed goes in the next transaction, and a
+//! small batch waits up to [`LINGER`] for more. Each caller waits for the
+//! commit of its own record before it acks its message: the attempt has been
+//! made by then, so the wait delays the ack, never the delivery.
 
-use shared::store::{AttemptRecord, Store};
-use tokio::sync::{mpsc, oneshot};
+use std::time::Duration;
+
+use shared::{
+    batch::{Batcher, Batching},
+    store::{AttemptRecord, Store},
+};
 
 /// Largest batch per transaction.
 const MAX_BATCH: usize = 512;
 
-type Job = (AttemptRecord, oneshot::Sender<Result<(), ()>>);
+/// How long a batch smaller than [`FULL_ENOUGH`] waits for more records
+/// before it is written: at a few hundred attempts a second, records would
+/// otherwise go one transaction each.
+const LINGER: Duration = Duration::from_millis(2);
+
+/// A batch this large is written without lingering.
+const FULL_ENOUGH: usize = 64;
 
 /// Hands records to the writer task.
 #[derive(Debug, Clone)]
 pub struct Recorder {
-    jobs: mpsc::Sender<Job>,
+    batcher: Batcher<AttemptRecord, Result<(), ()>>,
 }
 
 impl Recorder {
     /// Starts the writer; it stops once every `Recorder` handle is dropped and
     /// the queue is drained.
     pub fn spawn(store: Store, tasks: &tokio_util::task::TaskTracker) -> Recorder {
-        let (jobs, queue) = mpsc::channel(4 * MAX_BATCH);
-        tasks.spawn(write_batches(store, queue));
-        Recorder { jobs }
+        let batching = Batching { max: MAX_BATCH, linger: Some((LINGER, FULL_ENOUGH)) };
+        let batcher = Batcher::spawn(batching, tasks, move |records| {
+            let store = store.clone();
+            async move { write(&store, records).await }
+        });
+        Recorder { batcher }
     }
 
     /// Records one outcome; `Err` when it could not be committed, in which
     /// case the caller hands its message back.
     pub async fn record(&self, record: AttemptRecord) -> Result<(), ()> {
-        let (done, committed) = oneshot::channel();
-        self.jobs.send((record, done)).await.map_err(drop)?;
-        committed.await.map_err(drop)?
+        self.batcher.submit(record).await.unwrap_or(Err(()))
     }
 }
 
-async fn write_batches(store: Store, mut queue: mpsc::Receiver<Job>) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let (records, dones): (Vec<AttemptRecord>, Vec<_>) = batch.drain(..).unzip();
-        let Err(error) = store.record_attempts(&records).await else {
-            for done in dones {
-                let _ = done.send(Ok(()));
-            }
-            continue;
-        };
-        // One bad record must not fail the others: try each on its own.
-        tracing::warn!(%error, records = records.len(), "batch failed; recording one by one");
-        for (record, done) in records.iter().zip(dones) {
-            let result = match records.len() {
-                1 => Err(()),
-                _ => store.record_attempts(std::slice::from_ref(record)).await.map_err(|error| {
-                    tracing::error!(%error, delivery_id = record.delivery_id, "could not record a delivery attempt");
-                }),
-            };
-            let _ = done.send(result);
-        }
+async fn write(store: &Store, records: Vec<AttemptRecord>) -> Vec<Result<(), ()>> {
+    let Err(error) = store.record_attempts(&records).await else { return vec![Ok(()); records.len()] };
+    // One bad record must not fail the others: try each on its own.
+    tracing::warn!(%error, records = records.len(), "batch failed; recording one by one");
+    if records.len() == 1 {
+        return vec![Err(())];
     }
+    let mut results = Vec::with_capacity(records.len());
+    for record in &records {
+        results.push(store.record_attempts(std::slice::from_ref(record)).await.map_err(|error| {
+            tracing::error!(%error, delivery_id = record.delivery_id, "could not record a delivery attempt");
+        }));
+    }
+    results
 }

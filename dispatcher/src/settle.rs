@@ -1,19 +1,24 @@
 //! Acknowledging messages in bulk. Handlers report each message's fate here;
 //! one task per broker session turns whatever has gathered into as few frames
 //! as it can: one `basic.ack` with `multiple` for every ack below the lowest
-//! message still in flight, single acks above it, and single nacks. A message
-//! held by a slow attempt therefore never delays the acks of the others.
+//! message still in flight, and single nacks. An ack above that message
+//! waits up to [`HOLD`] for it to settle (then one `multiple` ack covers
+//! both), and goes on its own after that, so a message held by a slow attempt
+//! delays the acks of the others by [`HOLD`] at most. Messages finish out of
+//! order, a few at a time: acking each at once cost a frame, and a wake-up of
+//! the connection's thread, for most deliveries.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, PoisonError},
+    time::Duration,
 };
 
 use lapin::{
     Channel,
     options::{BasicAckOptions, BasicNackOptions},
 };
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 
 /// What becomes of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,15 +61,29 @@ impl Settler {
     }
 }
 
+/// How long an ack waits for the messages before it to settle, so that one
+/// `multiple` ack covers them all.
+const HOLD: Duration = Duration::from_millis(20);
+
 async fn settle(
     channel: Channel,
     mut reports: mpsc::UnboundedReceiver<(u64, Fate)>,
     in_flight: Arc<Mutex<BTreeSet<u64>>>,
 ) {
     let mut batch = Vec::with_capacity(256);
-    while reports.recv_many(&mut batch, 1024).await > 0 {
-        for (frames, what) in plan(&batch, &in_flight) {
-            let result = match frames {
+    let mut held = Held::default();
+    loop {
+        let received = match held.next_due() {
+            Some(due) => tokio::select! {
+                received = reports.recv_many(&mut batch, 1024) => received,
+                () = tokio::time::sleep_until(due) => 1,
+            },
+            None => reports.recv_many(&mut batch, 1024).await,
+        };
+        // The reports are closed: the session ends, and every ack goes now.
+        let hold = if received == 0 { Duration::ZERO } else { HOLD };
+        for (frame, what) in plan(&batch, &in_flight, &mut held, Instant::now(), hold) {
+            let result = match frame {
                 Frame::Ack { tag, multiple } => channel.basic_ack(tag, BasicAckOptions { multiple }).await,
                 Frame::Nack { tag, requeue } => {
                     channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue }).await
@@ -75,6 +94,9 @@ async fn settle(
             }
         }
         batch.clear();
+        if received == 0 {
+            return;
+        }
     }
 }
 
@@ -84,27 +106,54 @@ enum Frame {
     Nack { tag: u64, requeue: bool },
 }
 
-/// The frames that settle `batch`, nacks first (a later `multiple` ack would
-/// otherwise ack them too). Removes the settled tags from `in_flight`.
-fn plan(batch: &[(u64, Fate)], in_flight: &Mutex<BTreeSet<u64>>) -> Vec<(Frame, &'static str)> {
+/// Acks not sent yet, by tag, with when each was reported.
+#[derive(Debug, Default)]
+struct Held(BTreeMap<u64, Instant>);
+
+impl Held {
+    /// When the oldest held ack is due on its own.
+    fn next_due(&self) -> Option<Instant> {
+        self.0.values().min().map(|at| *at + HOLD)
+    }
+}
+
+/// The frames that settle `batch` and what `held` can send at `now`: nacks
+/// first (a later `multiple` ack would otherwise ack them too), then one
+/// `multiple` ack for every held ack below the lowest message in flight,
+/// then single acks for those held longer than `hold`. Removes the settled
+/// tags from `in_flight`.
+fn plan(
+    batch: &[(u64, Fate)],
+    in_flight: &Mutex<BTreeSet<u64>>,
+    held: &mut Held,
+    now: Instant,
+    hold: Duration,
+) -> Vec<(Frame, &'static str)> {
     let mut in_flight = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
     let mut frames = Vec::new();
-    let mut acks = Vec::new();
     for &(tag, fate) in batch {
         in_flight.remove(&tag);
         match fate {
-            Fate::Ack => acks.push(tag),
+            Fate::Ack => {
+                held.0.insert(tag, now);
+            }
             Fate::Requeue => frames.push((Frame::Nack { tag, requeue: true }, "requeue")),
             Fate::Reject => frames.push((Frame::Nack { tag, requeue: false }, "reject")),
         }
     }
-    acks.sort_unstable();
     let lowest_open = in_flight.first().copied().unwrap_or(u64::MAX);
-    let (below, above): (Vec<u64>, Vec<u64>) = acks.into_iter().partition(|tag| *tag < lowest_open);
-    if let Some(&highest) = below.last() {
+    let above = held.0.split_off(&lowest_open);
+    let below = std::mem::replace(&mut held.0, above);
+    if let Some(&highest) = below.keys().next_back() {
         frames.push((Frame::Ack { tag: highest, multiple: below.len() > 1 }, "ack"));
     }
-    frames.extend(above.into_iter().map(|tag| (Frame::Ack { tag, multiple: false }, "ack")));
+    held.0.retain(|&tag, &mut at| {
+        let due = at + hold <= now;
+        if due {
+            frames.push((Frame::Ack { tag, multiple: false }, "ack"));
+        }
+        !due
+    });
     frames
 }
 
@@ -119,28 +168,36 @@ mod tests {
     #[test]
     fn acks_below_the_lowest_open_message_go_in_one_frame() {
         let in_flight = open(&[1, 2, 3, 4, 5]);
+        let batch = [(2, Fate::Ack), (1, Fate::Ack), (3, Fate::Ack)];
         let frames: Vec<Frame> =
-            plan(&[(2, Fate::Ack), (1, Fate::Ack), (3, Fate::Ack)], &in_flight).into_iter().map(|f| f.0).collect();
+            plan(&batch, &in_flight, &mut Held::default(), Instant::now(), HOLD).into_iter().map(|f| f.0).collect();
         assert_eq!(frames, vec![Frame::Ack { tag: 3, multiple: true }]);
         assert_eq!(in_flight.lock().unwrap().iter().copied().collect::<Vec<_>>(), vec![4, 5]);
     }
 
     #[test]
-    fn a_slow_message_does_not_hold_back_later_acks_and_is_never_acked_by_them() {
-        let in_flight = open(&[1, 2, 3, 4]);
-        // 1 is still running; 2 was rejected; 3 and 4 are done.
-        let frames: Vec<Frame> =
-            plan(&[(3, Fate::Ack), (2, Fate::Reject), (4, Fate::Ack)], &in_flight).into_iter().map(|f| f.0).collect();
-        assert_eq!(
-            frames,
-            vec![
-                Frame::Nack { tag: 2, requeue: false },
-                Frame::Ack { tag: 3, multiple: false },
-                Frame::Ack { tag: 4, multiple: false },
-            ]
-        );
-        let frames: Vec<Frame> = plan(&[(1, Fate::Requeue)], &in_flight).into_iter().map(|f| f.0).collect();
-        assert_eq!(frames, vec![Frame::Nack { tag: 1, requeue: true }]);
+    fn a_slow_message_delays_later_acks_a_little_and_is_never_acked_by_them() {
+        let in_flight = open(&[1, 2, 3, 4, 5]);
+        let mut held = Held::default();
+        let start = Instant::now();
+        // 1 is still running; 2 was rejected; 3 and 4 are done: held for 1.
+        let frames = plan(&[(3, Fate::Ack), (2, Fate::Reject), (4, Fate::Ack)], &in_flight, &mut held, start, HOLD);
+        assert_eq!(frames.into_iter().map(|f| f.0).collect::<Vec<_>>(), vec![Frame::Nack { tag: 2, requeue: false }]);
+        assert_eq!(held.next_due(), Some(start + HOLD));
+        // 1 ends in time: one frame acks 1, 3 and 4 (2 is settled already).
+        let frames = plan(&[(1, Fate::Ack)], &in_flight, &mut held, start + HOLD / 2, HOLD);
+        assert_eq!(frames.into_iter().map(|f| f.0).collect::<Vec<_>>(), vec![Frame::Ack { tag: 4, multiple: true }]);
+        assert_eq!(held.next_due(), None);
+
+        // 5 runs on: 6 is acked on its own once it has waited `HOLD`.
+        in_flight.lock().unwrap().insert(6);
+        let frames = plan(&[(6, Fate::Ack)], &in_flight, &mut held, start + HOLD, HOLD);
+        assert!(frames.is_empty());
+        let frames = plan(&[], &in_flight, &mut held, start + HOLD * 2, HOLD);
+        assert_eq!(frames.into_iter().map(|f| f.0).collect::<Vec<_>>(), vec![Frame::Ack { tag: 6, multiple: false }]);
+        // A requeue goes at once.
+        let frames = plan(&[(5, Fate::Requeue)], &in_flight, &mut held, start + HOLD * 2, HOLD);
+        assert_eq!(frames.into_iter().map(|f| f.0).collect::<Vec<_>>(), vec![Frame::Nack { tag: 5, requeue: true }]);
         assert!(in_flight.lock().unwrap().is_empty());
     }
 }

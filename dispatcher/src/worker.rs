@@ -16,7 +16,7 @@ use shared::{
     broker::{DeliveryMessage, PARK_LIMIT},
     config::CommonConfig,
     model::DeliveryLog,
-    store::{AttemptRecord, DeliveryState, RetryStanding, Store, Turn},
+    store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn},
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
@@ -40,7 +40,9 @@ pub struct Context {
     pub client: reqwest::Client,
     pub cache: EndpointCache,
     pub recorder: Recorder,
-    /// For the few reads outside the cache (whether a retry still stands).
+    /// Whether a retry still stands, asked in batches.
+    pub standings: crate::standing::Standings,
+    /// For the few reads outside the cache.
     pub store: Store,
     pub metrics: Arc<Metrics>,
     /// Attempts in flight per endpoint.
@@ -113,7 +115,8 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     // re-arms deliveries due for longer than `SWEEP_INTERVAL`.
     if message.attempt > 1 || !fresh(&message) {
         let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
-        match context.store.retry_standing(message.delivery_id, message.generation, attempt).await {
+        let question = StandingQuestion { delivery_id: message.delivery_id, generation: message.generation, attempt };
+        match context.standings.ask(question).await {
             Ok(RetryStanding::Current) => {}
             Ok(RetryStanding::Superseded) => {
                 tracing::debug!("message superseded; dropped");
