@@ -70,6 +70,74 @@ async fn concurrent_twins_make_one_event_and_leave_no_sequence_gap() {
     api.shutdown().await.unwrap();
 }
 
+/// Requests that arrive together are stored together (one transaction for
+/// what queued up while the previous one committed): twins, twins that
+/// disagree, keyed and unkeyed events side by side must each be answered as
+/// if they had come one by one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_twins_and_new_events_makes_each_event_once() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let developer = key.developer_id();
+    // (Idempotency-Key, body) of every request: 30 keys sent three times
+    // alike, 10 keys sent twice alike and once with another event, and 40
+    // events without a key.
+    let mut requests: Vec<(Option<String>, Value)> = Vec::new();
+    for k in 0..30 {
+        for _ in 0..3 {
+            requests.push((Some(format!("alike-{k}")), event_input(developer, "transfer", k)));
+        }
+    }
+    for k in 0..10 {
+        requests.push((Some(format!("split-{k}")), event_input(developer, "customer", k)));
+        requests.push((Some(format!("split-{k}")), event_input(developer, "customer", 1000 + k)));
+        requests.push((Some(format!("split-{k}")), event_input(developer, "customer", k)));
+    }
+    for n in 0..40 {
+        requests.push((None, event_input(developer, "transfer", 2000 + n)));
+    }
+    let answers = futures::future::join_all(requests.iter().map(|(key, body)| async {
+        match key {
+            Some(key) => ingest_with_key(&api, key, body).await,
+            None => api.ingest(body).await,
+        }
+    }))
+    .await;
+
+    let mut made = std::collections::HashMap::new();
+    for ((idempotency_key, body), answer) in requests.iter().zip(&answers) {
+        let Some(idempotency_key) = idempotency_key else {
+            assert_event(answer.expect(201), body);
+            assert!(!replayed(answer), "an event without a key is always new");
+            assert!(made.insert(event_id(&answer.json), answer.json.clone()).is_none());
+            continue;
+        };
+        let twins: Vec<&ApiResponse> = requests
+            .iter()
+            .zip(&answers)
+            .filter(|((k, _), _)| k == &Some(idempotency_key.clone()))
+            .map(|(_, a)| a)
+            .collect();
+        let first = twins.iter().find(|a| a.status == 201 && !replayed(a)).expect("one request made the event");
+        assert_eq!(twins.iter().filter(|a| a.status == 201 && !replayed(a)).count(), 1, "{idempotency_key}");
+        let event = &first.json;
+        if answer.status == 201 {
+            assert_eq!(answer.json, *event, "{idempotency_key}: a twin answers the event the first one made");
+        } else {
+            answer.expect_error(422, "idempotency_key_reused");
+            assert_ne!(event["event_object_id"], body["event_object_id"], "{idempotency_key}: refused the same event");
+        }
+        made.insert(event_id(event), event.clone());
+    }
+    assert_eq!(made.len(), 30 + 10 + 40);
+    let mut sequences: Vec<i64> = made.values().map(|e| e["event_sequence"].as_i64().unwrap()).collect();
+    sequences.sort_unstable();
+    assert_eq!(sequences, (1..=80).collect::<Vec<i64>>(), "each event made once, counted by one");
+    assert_eq!(webhook_events(&api, &key, "?limit=500").await.len(), 80, "no other event was stored");
+
+    api.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_malformed_key_is_a_400_on_the_header() {
     let api = TestApi::start().await.unwrap();
