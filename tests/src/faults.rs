@@ -124,6 +124,8 @@ pub struct FaultReport {
     /// Delivery states in the store at the end.
     pub states: BTreeMap<String, i64>,
     pub outbox_rows: Option<i64>,
+    /// Deliveries the sweeper had to queue again (their message was lost).
+    pub swept: Option<i64>,
     pub dead_letters: Option<u32>,
     /// Offering the events, from the first request to the last answer.
     pub ingest_time: Duration,
@@ -193,6 +195,9 @@ impl FaultReport {
             write!(s, "store:        deliveries {}", if states.is_empty() { "?".into() } else { states.join(", ") });
         if let Some(rows) = self.outbox_rows {
             let _ = write!(s, "; outbox rows {rows}");
+        }
+        if let Some(swept) = self.swept {
+            let _ = write!(s, "; swept again {swept}");
         }
         if let Some(dead) = self.dead_letters {
             let _ = write!(s, "; dead letters {dead}");
@@ -604,6 +609,7 @@ pub async fn run(options: FaultOptions) -> anyhow::Result<FaultReport> {
         BTreeMap::new()
     });
     let outbox_rows = stack.outbox_rows().await.unwrap_or(None);
+    let swept = stack.swept_deliveries().await.unwrap_or(None);
     let dead_letters = stack.dead_letters().await.unwrap_or(None);
     stack.shutdown(Duration::from_secs(10)).await;
 
@@ -632,6 +638,7 @@ pub async fn run(options: FaultOptions) -> anyhow::Result<FaultReport> {
         incidents,
         states,
         outbox_rows,
+        swept,
         dead_letters,
         ingest_time,
         settle_time,

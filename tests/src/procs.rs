@@ -287,6 +287,10 @@ impl Stack {
                     ("DATABASE_MAX_CONNECTIONS".into(), options.database_max_connections.to_string()),
                     ("AMQP_URL".into(), amqp_url),
                     ("QUEUE_PREFIX".into(), prefix.clone()),
+                    // The sweeper is the net for a message the broker lost
+                    // (README, "Nothing stranded"): at its shortest, so that
+                    // what it catches arrives within a run's settle time.
+                    ("SWEEP_INTERVAL".into(), "10s".into()),
                 ]);
                 database = Some(created);
             }
@@ -546,6 +550,18 @@ impl Stack {
         let Some(database) = &self.database else { return Ok(None) };
         let pool = sqlx::PgPool::connect(database.url()).await?;
         let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&pool).await?;
+        pool.close().await;
+        Ok(Some(rows))
+    }
+
+    /// Deliveries the sweeper queued again at least once: a new generation,
+    /// which only a sweep (or `send`, which a run does not use) makes
+    /// (distributed only).
+    pub async fn swept_deliveries(&self) -> anyhow::Result<Option<i64>> {
+        let Some(database) = &self.database else { return Ok(None) };
+        let pool = sqlx::PgPool::connect(database.url()).await?;
+        let rows: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE generation > 0").fetch_one(&pool).await?;
         pool.close().await;
         Ok(Some(rows))
     }
