@@ -50,7 +50,8 @@
 //! 1,000 events, dispatcher ≤ 1.3 signatures' CPU per delivery, two
 //! dispatchers drain at least as fast as one.
 //!
-//! Knobs (environment): `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,standalone`: the
+//! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
@@ -74,7 +75,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tests::{
     TestCa,
-    broker::random_prefix,
+    broker::{QueueCleanup, amqp_url, random_prefix},
     db::TestDatabase,
     outside::{self, Arrivals, Installer, Nginx, TempDir, WrkLoad, wall_ms},
 };
@@ -82,6 +83,11 @@ use tokio::{
     net::TcpListener,
     process::{Child, Command},
 };
+
+/// Whether `BENCH_PHASES` (default: every phase) names `phase`.
+fn phase(phase: &str) -> bool {
+    std::env::var("BENCH_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == phase))
+}
 
 fn knob(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -591,6 +597,27 @@ struct Parts<'a> {
     /// Which part is the dispatcher (or standalone's one process).
     dispatcher: usize,
     read: &'a dyn Fn() -> Vec<f64>,
+    /// The database of the distributed stack, whose work per event is counted.
+    pool: Option<&'a sqlx::PgPool>,
+}
+
+/// PostgreSQL's counters so far: transactions committed in the bench's
+/// database, and the server's WAL bytes and WAL flushes (`pg_stat_wal`).
+struct PgCounters {
+    commits: f64,
+    wal_bytes: f64,
+    wal_syncs: f64,
+}
+
+async fn pg_counters(pool: Option<&sqlx::PgPool>) -> anyhow::Result<Option<PgCounters>> {
+    let Some(pool) = pool else { return Ok(None) };
+    let (commits, wal_bytes, wal_syncs): (f64, f64, f64) = sqlx::query_as(
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())::float8,
+                wal_bytes::float8, wal_sync::float8 FROM pg_stat_wal",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Some(PgCounters { commits, wal_bytes, wal_syncs }))
 }
 
 /// Runs wrk against `ingest_url` for `target`'s developer, waits for every
@@ -604,6 +631,7 @@ async fn wrk_end_to_end(
 ) -> anyhow::Result<EndToEnd> {
     let base = target.arrivals.count();
     let cpu0 = (parts.read)();
+    let pg0 = pg_counters(parts.pool).await?;
     let tag = tests::random_suffix();
     let run =
         outside::wrk(&bench.wrk, bench.dir.path(), ingest_url, &target.developer_id, &tag, bench.wrk_load).await?;
@@ -617,6 +645,9 @@ async fn wrk_end_to_end(
     let cpu1 = (parts.read)();
     let counted = target.arrivals.count() - base;
     settle(&target.arrivals).await;
+    // After a second without arrivals: PostgreSQL has published its
+    // backends' statistics (at most a second old) by now.
+    let pg1 = pg_counters(parts.pool).await?;
     let received = target.arrivals.count() - base;
     let last_ms = target.arrivals.last_ms().unwrap_or(f64::NAN);
     let per_s = received as f64 / ((last_ms - run.started_ms) / 1000.0);
@@ -647,6 +678,15 @@ async fn wrk_end_to_end(
         parts.names[parts.dispatcher],
         e2e.dispatcher_signatures
     ));
+    if let (Some(before), Some(after)) = (pg0, pg1) {
+        let per_event = |a: f64, b: f64| (a - b) / received as f64;
+        out(&format!(
+            "    PostgreSQL per event: {:.2} commits, {:.2} WAL flushes, {:.0} WAL bytes",
+            per_event(after.commits, before.commits),
+            per_event(after.wal_syncs, before.wal_syncs),
+            per_event(after.wal_bytes, before.wal_bytes),
+        ));
+    }
     Ok(e2e)
 }
 
@@ -857,6 +897,11 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let prefix = random_prefix();
+    // Its queues go at the end, or when the bench fails: a left-over backlog
+    // in a quorum queue would weigh on every later run.
+    let schedule: shared::config::RetrySchedule =
+        shared::config::DEFAULT_RETRY_SCHEDULE.parse().map_err(anyhow::Error::msg)?;
+    let queues = QueueCleanup::new(&amqp_url(), &prefix, &schedule);
     let (api_port, internal_port) = (free_port()?, free_port()?);
     let stack = Stack {
         bin,
@@ -892,48 +937,50 @@ async fn main() -> anyhow::Result<()> {
 
     // 2. Drain: ingest with no dispatcher (the queue fills), then one or two
     // dispatchers on the full queue.
-    let one_in = drain(&bench, &system, &in_process, 1).await?;
-    out(&format!(
-        "ingest events/s ({concurrency} in flight):        {:.0}  ({:.2} sig)",
-        one_in.ingest_per_s,
-        one_in.ingest_per_s / signatures
-    ));
-    let one_ng = drain(&bench, &system, &to_nginx, 1).await?;
-    let two_in = drain(&bench, &system, &in_process, 2).await?;
-    let two_ng = drain(&bench, &system, &to_nginx, 2).await?;
-    out(&format!(
-        "two dispatchers / one: {:.2} to the in-process receiver, {:.2} to nginx",
-        two_in.per_s / one_in.per_s,
-        two_ng.per_s / one_ng.per_s
-    ));
     bench.section("distributed: api, dispatcher(s), PostgreSQL, RabbitMQ");
-    bench.row(
-        format!("  ingest events/s ({concurrency} in flight)"),
-        bench.rate(one_in.ingest_per_s),
-        bench.rate(one_ng.ingest_per_s),
-    );
-    bench.row("  drain, one dispatcher: deliveries/s", bench.rate(one_in.per_s), bench.rate(one_ng.per_s));
-    let ms_per_signature = bench.ms_per_signature();
-    let signatures_each = |d: &Drain| d.cpu_ms_per_delivery / ms_per_signature;
-    bench.row_with_goal(
-        "    dispatcher CPU per delivery",
-        format!("{:.3} ms = {:.2} x sig", one_in.cpu_ms_per_delivery, signatures_each(&one_in)),
-        format!("{:.3} ms = {:.2} x sig", one_ng.cpu_ms_per_delivery, signatures_each(&one_ng)),
-        goal("<= 1.3 x sig", signatures_each(&one_ng), |v| v <= 1.3),
-    );
-    bench.row("  drain, two dispatchers: deliveries/s", bench.rate(two_in.per_s), bench.rate(two_ng.per_s));
-    bench.row(
-        "    dispatcher CPU per delivery",
-        format!("{:.2} x sig", signatures_each(&two_in)),
-        format!("{:.2} x sig", signatures_each(&two_ng)),
-    );
-    let (ratio_in, ratio_ng) = (two_in.per_s / one_in.per_s, two_ng.per_s / one_ng.per_s);
-    bench.row_with_goal(
-        "    two / one",
-        format!("{ratio_in:.2}"),
-        format!("{ratio_ng:.2}"),
-        goal("two >= one", ratio_ng, |v| v >= 1.0),
-    );
+    if phase("drain") {
+        let one_in = drain(&bench, &system, &in_process, 1).await?;
+        out(&format!(
+            "ingest events/s ({concurrency} in flight):        {:.0}  ({:.2} sig)",
+            one_in.ingest_per_s,
+            one_in.ingest_per_s / signatures
+        ));
+        let one_ng = drain(&bench, &system, &to_nginx, 1).await?;
+        let two_in = drain(&bench, &system, &in_process, 2).await?;
+        let two_ng = drain(&bench, &system, &to_nginx, 2).await?;
+        out(&format!(
+            "two dispatchers / one: {:.2} to the in-process receiver, {:.2} to nginx",
+            two_in.per_s / one_in.per_s,
+            two_ng.per_s / one_ng.per_s
+        ));
+        bench.row(
+            format!("  ingest events/s ({concurrency} in flight)"),
+            bench.rate(one_in.ingest_per_s),
+            bench.rate(one_ng.ingest_per_s),
+        );
+        bench.row("  drain, one dispatcher: deliveries/s", bench.rate(one_in.per_s), bench.rate(one_ng.per_s));
+        let ms_per_signature = bench.ms_per_signature();
+        let signatures_each = |d: &Drain| d.cpu_ms_per_delivery / ms_per_signature;
+        bench.row_with_goal(
+            "    dispatcher CPU per delivery",
+            format!("{:.3} ms = {:.2} x sig", one_in.cpu_ms_per_delivery, signatures_each(&one_in)),
+            format!("{:.3} ms = {:.2} x sig", one_ng.cpu_ms_per_delivery, signatures_each(&one_ng)),
+            goal("<= 1.3 x sig", signatures_each(&one_ng), |v| v <= 1.3),
+        );
+        bench.row("  drain, two dispatchers: deliveries/s", bench.rate(two_in.per_s), bench.rate(two_ng.per_s));
+        bench.row(
+            "    dispatcher CPU per delivery",
+            format!("{:.2} x sig", signatures_each(&two_in)),
+            format!("{:.2} x sig", signatures_each(&two_ng)),
+        );
+        let (ratio_in, ratio_ng) = (two_in.per_s / one_in.per_s, two_ng.per_s / one_ng.per_s);
+        bench.row_with_goal(
+            "    two / one",
+            format!("{ratio_in:.2}"),
+            format!("{ratio_ng:.2}"),
+            goal("two >= one", ratio_ng, |v| v >= 1.0),
+        );
+    }
 
     // 3. End to end with one dispatcher: the bench's producer, then wrk.
     let dispatcher = stack.spawn_dispatchers(1).await?.pop().context("a dispatcher")?;
@@ -946,51 +993,68 @@ async fn main() -> anyhow::Result<()> {
             cpu_of_named(&["beam.smp"], ticks),
         ]
     };
-    let base = in_process.arrivals.count();
-    let (t0, cpu0) = (Instant::now(), service_cpu());
-    ingest(&client, &ingest_url, &in_process.developer_id, events, concurrency).await?;
-    wait_count(&in_process.arrivals, base + events, Duration::from_secs(600)).await?;
-    let elapsed = t0.elapsed().as_secs_f64();
-    let per_1000: Vec<f64> =
-        service_cpu().iter().zip(cpu0).map(|(after, before)| (after - before) / events as f64 * 1000.0).collect();
-    let own_rate = events as f64 / elapsed;
-    let own_cpu = per_1000.iter().sum::<f64>();
-    out(&format!("end to end events/s:                    {own_rate:.0}  ({:.2} sig)", own_rate / signatures));
-    out(&format!(
-        "whole stack CPU s per 1,000 events:     {own_cpu:.3}  (api {:.3}, dispatcher {:.3}, postgres {:.3}, rabbitmq {:.3})",
-        per_1000[0], per_1000[1], per_1000[2], per_1000[3]
-    ));
-    bench.row("  end to end, bench's producer: events/s", bench.rate(own_rate), "");
-    bench.row("    CPU s per 1,000 events, no receiver", format!("{own_cpu:.3}"), "");
+    if phase("e2e") {
+        let base = in_process.arrivals.count();
+        let (t0, cpu0) = (Instant::now(), service_cpu());
+        ingest(&client, &ingest_url, &in_process.developer_id, events, concurrency).await?;
+        wait_count(&in_process.arrivals, base + events, Duration::from_secs(600)).await?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        let per_1000: Vec<f64> =
+            service_cpu().iter().zip(cpu0).map(|(after, before)| (after - before) / events as f64 * 1000.0).collect();
+        let own_rate = events as f64 / elapsed;
+        let own_cpu = per_1000.iter().sum::<f64>();
+        out(&format!("end to end events/s:                    {own_rate:.0}  ({:.2} sig)", own_rate / signatures));
+        out(&format!(
+            "whole stack CPU s per 1,000 events:     {own_cpu:.3}  (api {:.3}, dispatcher {:.3}, postgres {:.3}, rabbitmq {:.3})",
+            per_1000[0], per_1000[1], per_1000[2], per_1000[3]
+        ));
+        bench.row("  end to end, bench's producer: events/s", bench.rate(own_rate), "");
+        bench.row("    CPU s per 1,000 events, no receiver", format!("{own_cpu:.3}"), "");
 
-    let names = ["api", "dispatcher", "postgres", "rabbitmq", "receiver"];
-    let with_receiver = |target: &Target| {
-        let mut parts = service_cpu();
-        parts.push(target.cpu(ticks));
-        parts
-    };
-    let read_in = || with_receiver(&in_process);
-    let read_ng = || with_receiver(&to_nginx);
-    let e2e_in =
-        wrk_end_to_end(&bench, "", &ingest_url, &in_process, &Parts { names: &names, dispatcher: 1, read: &read_in })
-            .await?;
-    let e2e_ng =
-        wrk_end_to_end(&bench, "", &ingest_url, &to_nginx, &Parts { names: &names, dispatcher: 1, read: &read_ng })
-            .await?;
-    wrk_rows(&mut bench, "dispatcher", Some(&e2e_in), &e2e_ng);
+        let names = ["api", "dispatcher", "postgres", "rabbitmq", "receiver"];
+        let with_receiver = |target: &Target| {
+            let mut parts = service_cpu();
+            parts.push(target.cpu(ticks));
+            parts
+        };
+        let read_in = || with_receiver(&in_process);
+        let read_ng = || with_receiver(&to_nginx);
+        let e2e_in = wrk_end_to_end(
+            &bench,
+            "",
+            &ingest_url,
+            &in_process,
+            &Parts { names: &names, dispatcher: 1, read: &read_in, pool: Some(&pool) },
+        )
+        .await?;
+        let e2e_ng = wrk_end_to_end(
+            &bench,
+            "",
+            &ingest_url,
+            &to_nginx,
+            &Parts { names: &names, dispatcher: 1, read: &read_ng, pool: Some(&pool) },
+        )
+        .await?;
+        wrk_rows(&mut bench, "dispatcher", Some(&e2e_in), &e2e_ng);
+    }
 
     // 4. Latency at a fixed rate.
-    let latency_in = latency(&bench, "", &client, &ingest_url, &in_process).await?;
-    let latency_ng = latency(&bench, "", &client, &ingest_url, &to_nginx).await?;
-    latency_rows(&mut bench, &latency_in, &latency_ng);
+    if phase("latency") {
+        let latency_in = latency(&bench, "", &client, &ingest_url, &in_process).await?;
+        let latency_ng = latency(&bench, "", &client, &ingest_url, &to_nginx).await?;
+        latency_rows(&mut bench, &latency_in, &latency_ng);
+    }
 
     stop(dispatcher).await;
     stop(api).await;
     pool.close().await;
     database.remove().await;
+    queues.remove().await;
 
     // 5. Standalone mode: the same end to end and latency, one process.
-    standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
+    if phase("standalone") {
+        standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
+    }
 
     if nginx.other_status() > 0 {
         out(&format!("warning: nginx logged {} requests with another status than 200", nginx.other_status()));
@@ -1071,7 +1135,7 @@ async fn standalone(
         "standalone: ",
         &ingest_url,
         &to_nginx,
-        &Parts { names: &names, dispatcher: 0, read: &read },
+        &Parts { names: &names, dispatcher: 0, read: &read, pool: None },
     )
     .await?;
     wrk_rows(bench, "standalone", None, &e2e_ng);
