@@ -11,6 +11,7 @@
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`recorder`]: batched writes of attempts and delivery state;
 //! - [`standing`]: batched checks that a retry should still be made;
+//! - [`slots`]: attempts in flight per endpoint, under limits that adapt;
 //! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
 //!   `/metrics`, until shutdown; [`start_embedded`]: delivery inside the
@@ -23,11 +24,12 @@ pub mod deliver;
 pub mod metrics;
 pub mod recorder;
 pub mod settle;
+pub mod slots;
 pub mod source;
 pub mod standing;
 pub mod worker;
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use axum::{
@@ -144,7 +146,7 @@ async fn context(
         standings: standing::Standings::spawn(store.clone(), writers),
         store,
         metrics,
-        per_endpoint: std::sync::Mutex::new(HashMap::new()),
+        slots: slots::Slots::new(delivery.dispatcher_endpoint_concurrency, delivery.endpoint_slot_wait),
     }))
 }
 

@@ -18,13 +18,13 @@ use lapin::{
 };
 use shared::broker::{self, DeliveryMessage, Envelope, Lane, Message, Topology};
 use tokio::sync::{Semaphore, watch};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::Ticket;
+use super::{Handlers, Ticket};
 use crate::{
     settle::{Fate, Settler},
-    worker::{self, Context},
+    worker::Context,
 };
 
 /// Longest wait for one broker reply (a confirm, a cancel, a close): a broker
@@ -157,7 +157,7 @@ pub async fn session(
     // The bulk lane may hold at most three quarters of the slots: the rest
     // are always there for the default lane.
     let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
-    let tasks = TaskTracker::new();
+    let handlers = Handlers::default();
     let (settler, settling) = Settler::start(channel.clone());
     let session = Arc::new(Session { topology: topology.clone(), publisher, settler });
     let result = 'session: loop {
@@ -197,11 +197,7 @@ pub async fn session(
                 session.settler.received(delivery.delivery_tag);
                 let ticket = AmqpTicket { tag: delivery.delivery_tag, session: session.clone() };
                 let Some(message) = parse(&context, &delivery.data, &ticket) else { continue };
-                let context = context.clone();
-                tasks.spawn(async move {
-                    worker::handle(&context, message, Ticket::Amqp(ticket)).await;
-                    drop((slot, bulk_slot));
-                });
+                handlers.spawn(context.clone(), message, Ticket::Amqp(ticket), (slot, bulk_slot));
             }
             Some(Err(error)) => break Err(anyhow::Error::new(error).context(format!("{} consumer", lane.as_str()))),
             None => break Err(anyhow::anyhow!("{} consumer closed", lane.as_str())),
@@ -214,14 +210,7 @@ pub async fn session(
             let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
         }
     }
-    tasks.close();
-    let in_flight = tasks.len();
-    if in_flight > 0 {
-        tracing::info!(in_flight, "finishing deliveries in flight");
-    }
-    if tokio::time::timeout(context.delivery.shutdown_timeout, tasks.wait()).await.is_err() {
-        tracing::warn!(unfinished = tasks.len(), "shutdown deadline passed; unfinished messages go back to the queue");
-    }
+    handlers.finish(context.delivery.shutdown_timeout, "their messages go back to the queue").await;
     // Send the acks of what finished before the channel closes.
     drop(session);
     let _ = tokio::time::timeout(Duration::from_secs(5), settling).await;

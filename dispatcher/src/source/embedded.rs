@@ -13,9 +13,9 @@ use shared::{
     store::sqlite::SqliteStore,
 };
 use tokio::sync::{Notify, Semaphore, broadcast::error::RecvError};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 
-use super::Ticket;
+use super::{Handlers, Ticket};
 use crate::worker::{self, Context};
 
 /// The longest the loop sleeps without looking at the table: a safety net
@@ -147,7 +147,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
     // The bulk lane may hold at most three quarters of the slots: the rest
     // are always there for the default lane.
     let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
-    let tasks = TaskTracker::new();
+    let handlers = Handlers::default();
     tracing::info!("delivering from the embedded queue");
 
     let mut failing = Duration::ZERO;
@@ -173,11 +173,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
                             generation: message.generation,
                             settled: false,
                         };
-                        let context = context.clone();
-                        tasks.spawn(async move {
-                            worker::handle(&context, message, Ticket::Embedded(ticket)).await;
-                            drop((slot, bulk_slot));
-                        });
+                        handlers.spawn(context.clone(), message, Ticket::Embedded(ticket), (slot, bulk_slot));
                     }
                 }
                 Err(error) => {
@@ -220,15 +216,6 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
         }
     }
 
-    tasks.close();
-    if !tasks.is_empty() {
-        tracing::info!(in_flight = tasks.len(), "finishing deliveries in flight");
-    }
-    if tokio::time::timeout(context.delivery.shutdown_timeout, tasks.wait()).await.is_err() {
-        tracing::warn!(
-            unfinished = tasks.len(),
-            "shutdown deadline passed; unfinished deliveries are sent again at the next start"
-        );
-    }
+    handlers.finish(context.delivery.shutdown_timeout, "unfinished deliveries are sent again at the next start").await;
     Ok(())
 }

@@ -13,11 +13,58 @@
 pub mod amqp;
 pub mod embedded;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use shared::broker::DeliveryMessage;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::worker::Context;
+use crate::worker::{self, Context};
+
+/// The message handlers in flight of one consuming loop. At shutdown they get
+/// `SHUTDOWN_TIMEOUT` to finish; the rest are dropped then, unsettled, so
+/// their messages go back to the queue and the process stops in time however
+/// long an endpoint takes to answer.
+#[derive(Debug, Default)]
+pub(crate) struct Handlers {
+    tasks: TaskTracker,
+    abandon: CancellationToken,
+}
+
+impl Handlers {
+    /// Handles `message` on a task of its own; `held` (its slots) is
+    /// released when the handler ends.
+    pub(crate) fn spawn(
+        &self,
+        context: Arc<Context>,
+        message: DeliveryMessage,
+        ticket: Ticket,
+        held: impl Send + 'static,
+    ) {
+        let abandon = self.abandon.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                biased;
+                () = abandon.cancelled() => {}
+                () = worker::handle(&context, message, ticket) => {}
+            }
+            drop(held);
+        });
+    }
+
+    /// Waits up to `timeout` for the handlers in flight, then drops the rest;
+    /// `unfinished` says where their messages go.
+    pub(crate) async fn finish(self, timeout: Duration, unfinished: &str) {
+        self.tasks.close();
+        if !self.tasks.is_empty() {
+            tracing::info!(in_flight = self.tasks.len(), "finishing deliveries in flight");
+        }
+        if tokio::time::timeout(timeout, self.tasks.wait()).await.is_err() {
+            tracing::warn!(unfinished = self.tasks.len(), "shutdown deadline passed; {unfinished}");
+            self.abandon.cancel();
+            self.tasks.wait().await;
+        }
+    }
+}
 
 /// A message taken from a queue: how to settle it.
 #[derive(Debug)]
