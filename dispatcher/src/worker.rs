@@ -5,11 +5,7 @@
 //! queue-specific parts (acks, retry queues, the deliveries table) are behind
 //! the ticket.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use shared::{
@@ -18,7 +14,6 @@ use shared::{
     model::DeliveryLog,
     store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn},
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -29,6 +24,7 @@ use crate::{
     deliver,
     metrics::Metrics,
     recorder::Recorder,
+    slots::Signal,
     source::Ticket,
 };
 
@@ -45,59 +41,8 @@ pub struct Context {
     /// For the few reads outside the cache.
     pub store: Store,
     pub metrics: Arc<Metrics>,
-    /// Attempts in flight per endpoint.
-    pub per_endpoint: Mutex<HashMap<String, Arc<EndpointSlots>>>,
-}
-
-/// One endpoint's share of the attempts in flight.
-#[derive(Debug)]
-pub struct EndpointSlots {
-    slots: Arc<Semaphore>,
-    /// Until when the endpoint counts as saturated: a message that waited the
-    /// whole `ENDPOINT_SLOT_WAIT` in vain marks it, and while it is marked and
-    /// full, its messages are parked at once instead of holding a slot.
-    saturated_until: Mutex<Option<tokio::time::Instant>>,
-}
-
-/// How long an endpoint stays marked saturated after a wait in vain.
-const SATURATED_FOR: Duration = Duration::from_secs(5);
-
-impl Context {
-    /// A slot at the endpoint, waiting up to `ENDPOINT_SLOT_WAIT` for one.
-    /// `None` means the endpoint stayed saturated (slow or hanging): the
-    /// message is better parked than left holding a queue slot.
-    async fn endpoint_slot(&self, endpoint_id: &str) -> Option<OwnedSemaphorePermit> {
-        let limit = self.delivery.dispatcher_endpoint_concurrency;
-        let endpoint = {
-            let mut all = self.per_endpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if all.len() > 10_000 {
-                all.retain(|_, e| Arc::strong_count(e) > 1 || e.slots.available_permits() < limit);
-            }
-            all.entry(endpoint_id.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(EndpointSlots {
-                        slots: Arc::new(Semaphore::new(limit)),
-                        saturated_until: Mutex::new(None),
-                    })
-                })
-                .clone()
-        };
-        if let Ok(permit) = endpoint.slots.clone().try_acquire_owned() {
-            return Some(permit);
-        }
-        let marked = *endpoint.saturated_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if marked.is_some_and(|until| until > tokio::time::Instant::now()) {
-            return None;
-        }
-        match tokio::time::timeout(self.delivery.endpoint_slot_wait, endpoint.slots.clone().acquire_owned()).await {
-            Ok(permit) => permit.ok(),
-            Err(_) => {
-                *endpoint.saturated_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                    Some(tokio::time::Instant::now() + SATURATED_FOR);
-                None
-            }
-        }
-    }
+    /// Attempts in flight per endpoint, under limits that adapt.
+    pub slots: crate::slots::Slots,
 }
 
 /// Handles one message to the end: its ticket is settled before this returns
@@ -178,7 +123,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         }
     }
 
-    let Some(_slot) = context.endpoint_slot(&endpoint.id).await else {
+    let Some(slot) = context.slots.take(&endpoint.id).await else {
         return defer(context, ticket, &message, "deferred").await;
     };
 
@@ -210,6 +155,8 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
+    slot.report(Signal::of(attempt.succeeded(), attempt.status, attempt.error));
+    drop(slot);
     if endpoint.rate_limit_per_second.is_some() && matches!(attempt.status, Some(429 | 503)) {
         let paused_until = attempt
             .retry_after

@@ -1,7 +1,8 @@
 //! Delivery controls per endpoint (API.md §8.5): `rate_limit_per_second`
 //! keeps deliveries under a pace across every dispatcher, slowed by a 429 and
 //! never failing a delivery for it; `ordering: ordered` delivers in
-//! `event_sequence` order, a failing event holding back its own endpoint only.
+//! `event_sequence` order, a failing event holding back its own endpoint only;
+//! a hanging endpoint holds a few of a dispatcher's slots, not all.
 
 mod common;
 
@@ -305,6 +306,57 @@ async fn one_developers_backlog_does_not_hold_up_another() {
     // A's backlog is not starved: all of it arrives, each once.
     wait_for_distinct(&busy, BACKLOG, Duration::from_secs(60)).await;
     assert_eq!(busy.count(), BACKLOG);
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+/// A hanging endpoint (every attempt runs to the timeout) is tried a few
+/// attempts at a time, not with every slot the dispatcher has, so another
+/// developer's events go out while its first attempts still hang (README,
+/// "Scheduling": adaptive slots). With a fixed share of slots, the hanging
+/// endpoint would take all eight here and the other events would wait for
+/// its timeouts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_endpoint_holds_few_slots_and_the_others_go_on() {
+    let options = ApiOptions {
+        delivery_timeout: "25s".into(),
+        // Stopping does not wait for the hung attempts.
+        delivery_args: [
+            "--dispatcher-concurrency",
+            "8",
+            "--dispatcher-endpoint-concurrency",
+            "8",
+            "--shutdown-timeout",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let (a, b) = (api.new_developer().await, api.new_developer().await);
+    let hanging = api.receiver().await;
+    let healthy = api.receiver().await;
+    let stuck = active_endpoint(&api, &a, &hanging.url()).await;
+    active_endpoint(&api, &b, &healthy.url()).await;
+    // Registered while it answered; from now on it never does.
+    hanging.reply_always(Reply::hang());
+
+    ingest_many(&api, a.developer_id(), "transfer", 20, 4).await;
+    hanging.wait_for(1).await.unwrap();
+    let mut events = Vec::new();
+    for n in 0..10 {
+        events.push(event_id(&ingest(&api, b.developer_id(), "transfer", n).await));
+    }
+    wait_for_events(&healthy, &events, WAIT).await;
+
+    // None of the hanging endpoint's attempts has ended: B's events did not
+    // wait for its timeouts.
+    assert!(logs(&api, &a, &stuck, "").await.is_empty(), "an attempt to the hanging endpoint ended first");
+    let tried = hanging.count();
+    assert!(tried <= 4, "{tried} attempts at once to an endpoint that never answered");
+
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }

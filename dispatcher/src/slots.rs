@@ -1,0 +1,312 @@
+//! Attempts in flight per endpoint, under a limit that follows how the
+//! endpoint answers (additive increase, multiplicative decrease).
+//!
+//! An endpoint starts with [`FIRST_LIMIT`] slots. Each success adds one, up
+//! to `DISPATCHER_ENDPOINT_CONCURRENCY`; a sign of overload (a timeout, a
+//! refused connection, a 429 or a 503) halves the limit, down to one. Only an
+//! attempt that started after the last halving may halve it again, so the
+//! answers to one burst of attempts count once. A hanging endpoint so ends
+//! up holding one slot of the dispatcher instead of all it could take, while
+//! a healthy one reaches the ceiling within a few dozen successes.
+//!
+//! A message that finds its endpoint full waits for a slot only while one
+//! is expected within `ENDPOINT_SLOT_WAIT`, judged by the endpoint's recent
+//! attempt durations and the messages already waiting; otherwise, or once a
+//! wait went by in vain, the caller parks it. A hanging endpoint's backlog
+//! therefore waits in the retry queues, not in the dispatcher's slots.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+/// The limit of an endpoint the dispatcher has not heard from yet.
+pub const FIRST_LIMIT: usize = 4;
+
+/// How long an endpoint counts as saturated after a message waited
+/// `ENDPOINT_SLOT_WAIT` in vain: its messages are parked at once meanwhile.
+const SATURATED_FOR: Duration = Duration::from_secs(5);
+
+/// The weight of the newest attempt in an endpoint's mean duration.
+const DURATION_WEIGHT: f64 = 0.25;
+
+/// Endpoints remembered before the idle ones are forgotten.
+const REMEMBERED: usize = 10_000;
+
+/// What an attempt's outcome says about the endpoint's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A 2xx: room for one more attempt at once.
+    Success,
+    /// A timeout, a refused connection, a 429 or a 503: too many at once.
+    Overload,
+    /// Anything else (a 4xx, a 500, a TLS failure): no sign either way.
+    Neither,
+}
+
+impl Signal {
+    /// The signal of an attempt that answered `status` or failed with
+    /// `error` (the codes of `deliver::Attempt`).
+    pub fn of(succeeded: bool, status: Option<u16>, error: Option<&str>) -> Signal {
+        match (succeeded, status, error) {
+            (true, _, _) => Signal::Success,
+            (_, Some(429 | 503), _) | (_, _, Some("timeout" | "connect")) => Signal::Overload,
+            _ => Signal::Neither,
+        }
+    }
+}
+
+/// The slots of every endpoint this dispatcher has sent to.
+#[derive(Debug)]
+pub struct Slots {
+    ceiling: usize,
+    wait: Duration,
+    endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
+}
+
+#[derive(Debug)]
+struct Endpoint {
+    ceiling: usize,
+    state: Mutex<State>,
+    freed: Notify,
+}
+
+#[derive(Debug)]
+struct State {
+    limit: usize,
+    in_flight: usize,
+    waiting: usize,
+    /// When the limit was last halved.
+    lowered_at: Option<Instant>,
+    saturated_until: Option<Instant>,
+    /// Mean duration of the endpoint's recent attempts, in seconds.
+    mean_secs: Option<f64>,
+}
+
+impl Endpoint {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn try_take(self: &Arc<Self>) -> Option<Slot> {
+        let mut state = self.state();
+        if state.in_flight >= state.limit {
+            return None;
+        }
+        state.in_flight += 1;
+        Some(Slot { endpoint: self.clone(), started: Instant::now() })
+    }
+}
+
+/// One attempt's slot at its endpoint, freed when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    endpoint: Arc<Endpoint>,
+    started: Instant,
+}
+
+impl Slot {
+    /// Adjusts the endpoint's limit by the outcome of the attempt made in
+    /// this slot.
+    pub fn report(&self, signal: Signal) {
+        let mut state = self.endpoint.state();
+        let secs = self.started.elapsed().as_secs_f64();
+        state.mean_secs = Some(match state.mean_secs {
+            Some(mean) => mean + DURATION_WEIGHT * (secs - mean),
+            None => secs,
+        });
+        match signal {
+            Signal::Success if state.limit < self.endpoint.ceiling => {
+                state.limit += 1;
+                drop(state);
+                self.endpoint.freed.notify_one();
+            }
+            Signal::Overload if state.lowered_at.is_none_or(|at| self.started >= at) => {
+                state.limit = (state.limit / 2).max(1);
+                state.lowered_at = Some(Instant::now());
+            }
+            Signal::Success | Signal::Overload | Signal::Neither => {}
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.endpoint.state().in_flight -= 1;
+        self.endpoint.freed.notify_one();
+    }
+}
+
+impl Slots {
+    /// `ceiling`: `DISPATCHER_ENDPOINT_CONCURRENCY`; `wait`:
+    /// `ENDPOINT_SLOT_WAIT`.
+    pub fn new(ceiling: usize, wait: Duration) -> Slots {
+        Slots { ceiling: ceiling.max(1), wait, endpoints: Mutex::new(HashMap::new()) }
+    }
+
+    fn endpoint(&self, endpoint_id: &str) -> Arc<Endpoint> {
+        let mut all = self.endpoints.lock().unwrap_or_else(PoisonError::into_inner);
+        if all.len() > REMEMBERED {
+            all.retain(|_, endpoint| Arc::strong_count(endpoint) > 1);
+        }
+        all.entry(endpoint_id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Endpoint {
+                    ceiling: self.ceiling,
+                    state: Mutex::new(State {
+                        limit: FIRST_LIMIT.min(self.ceiling),
+                        in_flight: 0,
+                        waiting: 0,
+                        lowered_at: None,
+                        saturated_until: None,
+                        mean_secs: None,
+                    }),
+                    freed: Notify::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// A slot at the endpoint, or `None` when the message is better parked:
+    /// the endpoint is full and not expected to free a slot in time.
+    pub async fn take(&self, endpoint_id: &str) -> Option<Slot> {
+        let endpoint = self.endpoint(endpoint_id);
+        if let Some(slot) = endpoint.try_take() {
+            return Some(slot);
+        }
+        {
+            let mut state = endpoint.state();
+            let now = Instant::now();
+            if state.saturated_until.is_some_and(|until| until > now) {
+                return None;
+            }
+            // Slots free at about `limit / mean` a second; this message
+            // comes after the ones already waiting.
+            let expected = state.mean_secs.map(|mean| mean * (state.waiting + 1) as f64 / state.limit as f64);
+            if expected.is_some_and(|secs| secs > self.wait.as_secs_f64()) {
+                return None;
+            }
+            state.waiting += 1;
+        }
+        let slot = self.wait_for(&endpoint).await;
+        let mut state = endpoint.state();
+        state.waiting -= 1;
+        if slot.is_none() {
+            state.saturated_until = Some(Instant::now() + SATURATED_FOR);
+        }
+        slot
+    }
+
+    async fn wait_for(&self, endpoint: &Arc<Endpoint>) -> Option<Slot> {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let freed = endpoint.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = endpoint.try_take() {
+                return Some(slot);
+            }
+            tokio::time::timeout_at(deadline, freed).await.ok()?;
+        }
+    }
+
+    /// The endpoint's current limit (for the tests and the curious).
+    pub fn limit(&self, endpoint_id: &str) -> usize {
+        self.endpoint(endpoint_id).state().limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit_after(slots: &Slots, signals: &[Signal]) -> usize {
+        for signal in signals {
+            let slot = slots.endpoint("e").try_take().expect("a free slot");
+            slot.report(*signal);
+        }
+        slots.limit("e")
+    }
+
+    #[test]
+    fn successes_raise_the_limit_up_to_the_ceiling() {
+        let slots = Slots::new(6, Duration::from_secs(1));
+        assert_eq!(slots.limit("e"), FIRST_LIMIT);
+        assert_eq!(limit_after(&slots, &[Signal::Success]), FIRST_LIMIT + 1);
+        assert_eq!(limit_after(&slots, &[Signal::Success; 10]), 6);
+        assert_eq!(Slots::new(2, Duration::from_secs(1)).limit("e"), 2, "never above the ceiling");
+    }
+
+    #[test]
+    fn overload_halves_the_limit_once_per_burst() {
+        let slots = Slots::new(32, Duration::from_secs(1));
+        limit_after(&slots, &[Signal::Success; 28]);
+        assert_eq!(slots.limit("e"), 32);
+        // Four attempts under way when the endpoint starts to time out.
+        let endpoint = slots.endpoint("e");
+        let burst: Vec<Slot> = (0..4).map(|_| endpoint.try_take().unwrap()).collect();
+        for slot in &burst {
+            slot.report(Signal::Overload);
+        }
+        assert_eq!(slots.limit("e"), 16, "the burst counts once");
+        drop(burst);
+        // Later attempts, each started after the last halving.
+        assert_eq!(limit_after(&slots, &[Signal::Overload; 3]), 2);
+        assert_eq!(limit_after(&slots, &[Signal::Overload; 5]), 1, "never below one");
+        assert_eq!(limit_after(&slots, &[Signal::Neither; 5]), 1);
+        assert_eq!(limit_after(&slots, &[Signal::Success; 3]), 4, "and it recovers");
+    }
+
+    #[test]
+    fn signals_of_outcomes() {
+        assert_eq!(Signal::of(true, Some(200), None), Signal::Success);
+        assert_eq!(Signal::of(false, Some(429), None), Signal::Overload);
+        assert_eq!(Signal::of(false, Some(503), None), Signal::Overload);
+        assert_eq!(Signal::of(false, None, Some("timeout")), Signal::Overload);
+        assert_eq!(Signal::of(false, None, Some("connect")), Signal::Overload);
+        assert_eq!(Signal::of(false, Some(500), None), Signal::Neither);
+        assert_eq!(Signal::of(false, None, Some("tls")), Signal::Neither);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_endpoint_hands_its_next_slot_to_a_waiting_message() {
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1)));
+        let held = slots.take("e").await.expect("the first slot");
+        let waiter = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take("e").await.is_some() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(held);
+        assert!(waiter.await.unwrap(), "the freed slot went to the waiting message");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_does_not_wait_for_a_slot_that_will_not_come_in_time() {
+        let slots = Slots::new(1, Duration::from_secs(1));
+        // The endpoint's attempts take ten seconds (it hangs to the timeout).
+        let slot = slots.take("e").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        slot.report(Signal::Overload);
+        drop(slot);
+        let _held = slots.take("e").await.unwrap();
+        let started = Instant::now();
+        assert!(slots.take("e").await.is_none());
+        assert_eq!(started.elapsed(), Duration::ZERO, "parked at once, not after a wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_in_vain_marks_the_endpoint_saturated() {
+        let slots = Slots::new(1, Duration::from_secs(1));
+        let _held = slots.take("e").await.unwrap();
+        let started = Instant::now();
+        assert!(slots.take("e").await.is_none());
+        assert_eq!(started.elapsed(), Duration::from_secs(1), "it waited for a slot first");
+        let again = Instant::now();
+        assert!(slots.take("e").await.is_none());
+        assert_eq!(again.elapsed(), Duration::ZERO, "then parked at once while saturated");
+    }
+}
