@@ -40,7 +40,19 @@
 //! 4. latency at a fixed rate (`BENCH_RATE`) to each receiver: ingest request
 //!    start → received (p50, p90, p99, max), the ingest call alone, and
 //!    answer → received;
-//! 5. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
+//! 5. fairness, one dispatcher running: developer A sends `BENCH_BACKLOG`
+//!    events as fast as the API takes them (faster than they are delivered,
+//!    so a backlog builds) while developer B sends `BENCH_FAIR_RATE`
+//!    events/s to nginx for `BENCH_LATENCY_SECS`: B's request start →
+//!    received (p50, p99), A's deliveries/s (and ÷ the one-dispatcher
+//!    drain), and how many of A's still waited when B's last event arrived;
+//! 6. isolation: a developer with `BENCH_ISOLATION_ENDPOINTS` endpoints at
+//!    the in-process receiver drains `BENCH_EVENTS` deliveries with a fresh
+//!    dispatcher, alone, then beside as many deliveries for a developer with
+//!    as many endpoints that hang until `DELIVERY_TIMEOUT` (10 s): healthy
+//!    deliveries/s each time and their ratio, how often the hanging
+//!    endpoints' messages were parked, and the attempts they got;
+//! 7. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
 //!    end with the bench's producer to the in-process receiver and with wrk to
 //!    nginx (CPU: the one process and nginx), and the latency to each.
 //!
@@ -48,14 +60,17 @@
 //! a noisy machine. Targets (judged on the nginx figures): latency p50 ≤ 3 ms
 //! and p99 ≤ 8 ms, end to end ≥ 1,500 events/s, whole stack ≤ 1.2 CPU s per
 //! 1,000 events, dispatcher ≤ 1.3 signatures' CPU per delivery, two
-//! dispatchers drain at least as fast as one.
+//! dispatchers drain at least as fast as one; with a backlog elsewhere, B's
+//! p50 ≤ 50 ms and p99 ≤ 1 s; beside hanging endpoints, healthy ones keep
+//! ≥ 90% of their deliveries/s.
 //!
-//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,standalone`: the
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,isolation,standalone`: the
 //! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
-//! one per core).
+//! one per core), `BENCH_BACKLOG` (50000), `BENCH_FAIR_RATE` (20 events/s) and
+//! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging).
 
 use std::{
     path::{Path, PathBuf},
@@ -117,8 +132,14 @@ async fn start_receiver(ca: &TestCa) -> anyhow::Result<(u16, Arc<Arrivals>)> {
                             .and_then(|v| v.to_str().ok())
                             .map(str::to_owned)
                             .unwrap_or_default();
+                        // The endpoints of one developer's fan-out (the
+                        // isolation phase) each count: `/hook/...` paths.
+                        let key = match request.uri().path() {
+                            "/hook" => id,
+                            path => format!("{id}@{path}"),
+                        };
                         let _ = request.into_body().collect().await;
-                        arrivals.record(id, wall_ms());
+                        arrivals.record(key, wall_ms());
                         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
                     }
                 });
@@ -215,6 +236,11 @@ impl Stack {
 
     /// Starts `count` dispatchers together, then waits until each is ready.
     async fn spawn_dispatchers(&self, count: usize) -> anyhow::Result<Vec<Child>> {
+        Ok(self.spawn_dispatchers_at(count).await?.into_iter().map(|(child, _)| child).collect())
+    }
+
+    /// [`Stack::spawn_dispatchers`], with the port of each one's metrics.
+    async fn spawn_dispatchers_at(&self, count: usize) -> anyhow::Result<Vec<(Child, u16)>> {
         let mut started = Vec::new();
         for _ in 0..count {
             let port = free_port()?;
@@ -231,12 +257,10 @@ impl Stack {
                 .context("start webhooks-dispatcher")?;
             started.push((child, port));
         }
-        let mut children = Vec::new();
-        for (child, port) in started {
+        for (_, port) in &started {
             wait_ready(&format!("http://127.0.0.1:{port}/readyz")).await?;
-            children.push(child);
         }
-        Ok(children)
+        Ok(started)
     }
 }
 
@@ -279,21 +303,25 @@ fn bench_client() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder().pool_max_idle_per_host(64).pool_idle_timeout(Duration::from_secs(5)).build()?)
 }
 
-/// Registers the receiver at `receiver_port` as an endpoint of `key` at
-/// `api_url` and switches it on.
-async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, receiver_port: u16) -> anyhow::Result<()> {
+/// The URL of a receiver's endpoint on this machine.
+fn hook(port: u16) -> String {
+    format!("https://localhost:{port}/hook")
+}
+
+/// Registers `url` as an endpoint of `key` at `api_url` and switches it on;
+/// returns the endpoint's id.
+async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, url: &str) -> anyhow::Result<String> {
     let response = client
         .post(format!("{api_url}/webhooks"))
         .header("Api-Key", key)
-        .header("Idempotency-Key", "bench-endpoint")
-        .json(&json!({"url": format!("https://localhost:{receiver_port}/hook")}))
+        .header("Idempotency-Key", url)
+        .json(&json!({"url": url}))
         .send()
         .await?;
     let status = response.status();
     let endpoint: Value = response.json().await?;
-    let endpoint_id = endpoint["id"]
-        .as_str()
-        .with_context(|| format!("registering https://localhost:{receiver_port}/hook answered {status}: {endpoint}"))?;
+    let endpoint_id =
+        endpoint["id"].as_str().with_context(|| format!("registering {url} answered {status}: {endpoint}"))?;
     client
         .put(format!("{api_url}/webhooks/{endpoint_id}"))
         .header("Api-Key", key)
@@ -301,7 +329,7 @@ async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, rec
         .send()
         .await?
         .error_for_status()?;
-    Ok(())
+    Ok(endpoint_id.to_owned())
 }
 
 fn event_body(developer_id: &str, n: u64) -> Value {
@@ -487,6 +515,11 @@ struct Bench {
 }
 
 impl Bench {
+    /// The latency phases' rate and duration.
+    fn fixed_rate(&self) -> (u64, u64) {
+        (self.rate, self.latency_secs)
+    }
+
     fn ms_per_signature(&self) -> f64 {
         1000.0 / self.signatures
     }
@@ -516,7 +549,7 @@ impl Bench {
         out("");
         out("summary  (N sig = the figure ÷ one core's RSA-2048 signatures/s; nginx arrival times have ms resolution)");
         out(&format!(
-            "{:name_w$}  {:>in_w$}  {:>ng_w$}  target (on the nginx figure)",
+            "{:name_w$}  {:>in_w$}  {:>ng_w$}  target (on the nginx figure where there is one)",
             "figure", "in-process", "nginx"
         ));
         for row in &self.rows {
@@ -574,6 +607,130 @@ async fn drain(bench: &Bench, system: &Distributed<'_>, target: &Target, dispatc
         drain.cpu_ms_per_delivery / bench.ms_per_signature()
     ));
     Ok(drain)
+}
+
+/// A dispatcher's count of messages that ended with `outcome`, from its
+/// metrics at `port`.
+async fn dispatcher_outcome(client: &reqwest::Client, port: u16, outcome: &str) -> anyhow::Result<f64> {
+    let text = client.get(format!("http://127.0.0.1:{port}/metrics")).send().await?.text().await?;
+    let name = format!("webhooks_dispatcher_deliveries_total{{outcome=\"{outcome}\"}}");
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(name.as_str()).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0))
+}
+
+/// Figures of the fairness phase.
+struct Fairness {
+    /// Developer B's request start → received.
+    quiet: Latency,
+    /// Developer A's backlog, deliveries/s.
+    backlog_per_s: f64,
+    /// A's deliveries still waiting when B's last event arrived.
+    backlog_left: u64,
+}
+
+/// Fairness: with one dispatcher running, developer A sends `backlog`
+/// events as fast as the API takes them (faster than they can be
+/// delivered, so most wait in the queue) while developer B sends `rate`
+/// events/s for `secs`. B's latency, and how fast A's backlog drains.
+async fn fairness(
+    system: &Distributed<'_>,
+    (backlog, concurrency): (u64, u64),
+    (rate, secs): (u64, u64),
+    busy: &Target,
+    quiet: &Target,
+) -> anyhow::Result<Fairness> {
+    let base = busy.arrivals.count();
+    let dispatcher = system.stack.spawn_dispatchers(1).await?;
+    let started = Instant::now();
+    let (_, quiet) = tokio::try_join!(
+        ingest(system.client, system.ingest_url, &busy.developer_id, backlog, concurrency),
+        latency("fairness: ", (rate, secs), system.client, system.ingest_url, quiet)
+    )?;
+    let backlog_left = (base + backlog).saturating_sub(busy.arrivals.count());
+    wait_count(&busy.arrivals, base + backlog, Duration::from_secs(1200)).await?;
+    let backlog_per_s = backlog as f64 / started.elapsed().as_secs_f64();
+    for child in dispatcher {
+        stop(child).await;
+    }
+    out(&format!(
+        "fairness: A's {backlog} events delivered at {backlog_per_s:.0}/s, {backlog_left} waiting when B's last event arrived"
+    ));
+    Ok(Fairness { quiet, backlog_per_s, backlog_left })
+}
+
+/// Figures of the isolation phase.
+struct Isolation {
+    alone_per_s: f64,
+    beside_hanging_per_s: f64,
+    /// Messages for the hanging endpoints parked (deferred) during the run,
+    /// per such message.
+    parks_each: f64,
+    /// Attempts the hanging endpoints received (each hung to the timeout).
+    hanging_attempts: usize,
+}
+
+/// The healthy half of the isolation phase: a developer whose `endpoints`
+/// all lead to the in-process receiver.
+struct Healthy<'a> {
+    arrivals: &'a Arrivals,
+    developer_id: &'a str,
+    endpoints: u64,
+}
+
+/// Isolation: the healthy developer's deliveries drain alone, then again
+/// beside as many for a developer whose endpoints all hang until
+/// `DELIVERY_TIMEOUT`, each time with a fresh dispatcher on the full queue.
+async fn isolation(
+    bench: &Bench,
+    system: &Distributed<'_>,
+    healthy: &Healthy<'_>,
+    hanging_developer: &str,
+    hanging: &tests::Receiver,
+) -> anyhow::Result<Isolation> {
+    let events = (bench.events / healthy.endpoints).max(1);
+    let deliveries = events * healthy.endpoints;
+    let run = async |beside: bool| -> anyhow::Result<(f64, f64)> {
+        let base = healthy.arrivals.count();
+        let others = async {
+            match beside {
+                true => ingest(system.client, system.ingest_url, hanging_developer, events, bench.concurrency).await,
+                false => Ok(()),
+            }
+        };
+        tokio::try_join!(
+            ingest(system.client, system.ingest_url, healthy.developer_id, events, bench.concurrency),
+            others
+        )?;
+        wait_outbox_empty(system.pool).await?;
+        let mut dispatcher = system.stack.spawn_dispatchers_at(1).await?;
+        let (child, port) = dispatcher.pop().context("a dispatcher")?;
+        wait_count(healthy.arrivals, base + 1, Duration::from_secs(60)).await?;
+        let (t0, n0) = (Instant::now(), healthy.arrivals.count());
+        wait_count(healthy.arrivals, base + deliveries, Duration::from_secs(600)).await?;
+        let per_s = (base + deliveries).saturating_sub(n0) as f64 / t0.elapsed().as_secs_f64();
+        let parked = dispatcher_outcome(system.client, port, "deferred").await?;
+        stop(child).await;
+        Ok((per_s, parked))
+    };
+    let (alone_per_s, _) = run(false).await?;
+    let (beside_hanging_per_s, parked) = run(true).await?;
+    let isolation = Isolation {
+        alone_per_s,
+        beside_hanging_per_s,
+        parks_each: parked / deliveries as f64,
+        hanging_attempts: hanging.count(),
+    };
+    out(&format!(
+        "isolation: {} healthy endpoints, {deliveries} deliveries: {alone_per_s:.0}/s alone, {beside_hanging_per_s:.0}/s beside {} hanging ones ({:.2} of alone); hanging endpoints got {} attempts, their messages were parked {:.2} times each",
+        healthy.endpoints,
+        healthy.endpoints,
+        beside_hanging_per_s / alone_per_s,
+        isolation.hanging_attempts,
+        isolation.parks_each
+    ));
+    Ok(isolation)
 }
 
 /// Figures of a saturated end-to-end run.
@@ -709,16 +866,16 @@ struct Sent {
     id: String,
 }
 
-/// Ingests `rate` events per second for `bench.latency_secs` and waits for
+/// Ingests `rate` events per second for `secs` and waits for
 /// them to arrive at `target`.
 async fn latency(
-    bench: &Bench,
     label: &str,
+    (rate, secs): (u64, u64),
     client: &reqwest::Client,
     ingest_url: &str,
     target: &Target,
 ) -> anyhow::Result<Latency> {
-    let (rate, total) = (bench.rate, bench.rate * bench.latency_secs);
+    let total = rate * secs;
     let base = target.arrivals.count();
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let mut ticker = tokio::time::interval(interval);
@@ -914,6 +1071,8 @@ async fn main() -> anyhow::Result<()> {
             ("API_LISTEN_ADDR".into(), format!("127.0.0.1:{api_port}")),
             ("INTERNAL_LISTEN_ADDR".into(), format!("127.0.0.1:{internal_port}")),
             ("RUST_LOG".into(), "warn".into()),
+            // The isolation phase's developers have more endpoints than the default allows.
+            ("MAX_ENDPOINTS_PER_DEVELOPER".into(), "64".into()),
         ],
         api_url: format!("http://127.0.0.1:{api_port}/v0"),
         internal_url: format!("http://127.0.0.1:{internal_port}"),
@@ -924,9 +1083,9 @@ async fn main() -> anyhow::Result<()> {
 
     let client = bench_client()?;
     let (key, developer_id) = create_key(stack.command("webhooks-api"), "bench").await?;
-    active_endpoint(&client, &stack.api_url, &key, receiver_port).await?;
+    active_endpoint(&client, &stack.api_url, &key, &hook(receiver_port)).await?;
     let (nginx_key, nginx_developer_id) = create_key(stack.command("webhooks-api"), "bench-nginx").await?;
-    active_endpoint(&client, &stack.api_url, &nginx_key, nginx.port()).await?;
+    active_endpoint(&client, &stack.api_url, &nginx_key, &hook(nginx.port())).await?;
     let in_process =
         Target { side: Side::InProcess, arrivals: in_process_arrivals.clone(), developer_id, pid: std::process::id() };
     let to_nginx =
@@ -938,8 +1097,10 @@ async fn main() -> anyhow::Result<()> {
     // 2. Drain: ingest with no dispatcher (the queue fills), then one or two
     // dispatchers on the full queue.
     bench.section("distributed: api, dispatcher(s), PostgreSQL, RabbitMQ");
+    let mut drained_alone = None;
     if phase("drain") {
         let one_in = drain(&bench, &system, &in_process, 1).await?;
+        drained_alone = Some(one_in.per_s);
         out(&format!(
             "ingest events/s ({concurrency} in flight):        {:.0}  ({:.2} sig)",
             one_in.ingest_per_s,
@@ -1040,18 +1201,70 @@ async fn main() -> anyhow::Result<()> {
 
     // 4. Latency at a fixed rate.
     if phase("latency") {
-        let latency_in = latency(&bench, "", &client, &ingest_url, &in_process).await?;
-        let latency_ng = latency(&bench, "", &client, &ingest_url, &to_nginx).await?;
+        let latency_in = latency("", bench.fixed_rate(), &client, &ingest_url, &in_process).await?;
+        let latency_ng = latency("", bench.fixed_rate(), &client, &ingest_url, &to_nginx).await?;
         latency_rows(&mut bench, &latency_in, &latency_ng);
     }
 
     stop(dispatcher).await;
+
+    // 5. Fairness: one developer's backlog, another's events at a low rate.
+    if phase("fairness") {
+        let backlog = knob("BENCH_BACKLOG", 50_000).max(1);
+        let rate = knob("BENCH_FAIR_RATE", 20).max(1);
+        let fair =
+            fairness(&system, (backlog, concurrency), (rate, bench.latency_secs), &in_process, &to_nginx).await?;
+        let (p50, p99) = (percentile(&fair.quiet.total, 50.0), percentile(&fair.quiet.total, 99.0));
+        bench.row_with_goal(
+            format!("  fairness: B at {rate}/s beside A's backlog of {backlog}, p50"),
+            String::new(),
+            format!("{p50:.2} ms"),
+            goal("<= 50 ms", p50, |v| v <= 50.0),
+        );
+        bench.row_with_goal("    p99", String::new(), format!("{p99:.2} ms"), goal("<= 1 s", p99, |v| v <= 1000.0));
+        let full_speed = drained_alone.map(|alone| format!(" = {:.2} x drain", fair.backlog_per_s / alone));
+        bench.row(
+            "    A's backlog, deliveries/s",
+            format!("{}{}", bench.rate(fair.backlog_per_s), full_speed.unwrap_or_default()),
+            "",
+        );
+        bench.row("    A's deliveries waiting at B's last arrival", fair.backlog_left.to_string(), "");
+    }
+
+    // 6. Isolation: healthy endpoints beside as many hanging ones.
+    if phase("isolation") {
+        let endpoints = knob("BENCH_ISOLATION_ENDPOINTS", 8).clamp(1, 50);
+        let (healthy_key, healthy_developer) = create_key(stack.command("webhooks-api"), "bench-healthy").await?;
+        let (hanging_key, hanging_developer) = create_key(stack.command("webhooks-api"), "bench-hanging").await?;
+        let hanging = tests::Receiver::start(&ca).await?;
+        for n in 0..endpoints {
+            let healthy_url = format!("{}/h{n}", hook(receiver_port));
+            active_endpoint(&client, &stack.api_url, &healthy_key, &healthy_url).await?;
+            let hanging_url = format!("{}/x{n}", hook(hanging.port()));
+            active_endpoint(&client, &stack.api_url, &hanging_key, &hanging_url).await?;
+        }
+        // Registered while it answered; from now on it never does.
+        hanging.reply_always(tests::Reply::hang());
+        let healthy = Healthy { arrivals: &in_process_arrivals, developer_id: &healthy_developer, endpoints };
+        let isolated = isolation(&bench, &system, &healthy, &hanging_developer, &hanging).await?;
+        let kept = isolated.beside_hanging_per_s / isolated.alone_per_s;
+        bench.row(
+            format!("  isolation: {endpoints} healthy endpoints alone, deliveries/s"),
+            bench.rate(isolated.alone_per_s),
+            "",
+        );
+        bench.row(format!("    beside {endpoints} hanging endpoints"), bench.rate(isolated.beside_hanging_per_s), "");
+        bench.row_with_goal("    kept", format!("{kept:.2}"), String::new(), goal(">= 0.90", kept, |v| v >= 0.9));
+        bench.row("    parks per hanging delivery", format!("{:.2}", isolated.parks_each), "");
+        bench.row("    attempts the hanging endpoints got", isolated.hanging_attempts.to_string(), "");
+    }
+
     stop(api).await;
     pool.close().await;
     database.remove().await;
     queues.remove().await;
 
-    // 5. Standalone mode: the same end to end and latency, one process.
+    // 7. Standalone mode: the same end to end and latency, one process.
     if phase("standalone") {
         standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
     }
@@ -1064,7 +1277,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Phase 5: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
+/// Phase 7: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
 /// same receivers.
 async fn standalone(
     bench: &mut Bench,
@@ -1103,12 +1316,12 @@ async fn standalone(
         (format!("http://127.0.0.1:{api_port}/v0"), format!("http://127.0.0.1:{internal_port}"));
     wait_ready(&format!("{internal_url}/readyz")).await?;
     let client = bench_client()?;
-    active_endpoint(&client, &api_url, &key, receiver_port).await?;
+    active_endpoint(&client, &api_url, &key, &hook(receiver_port)).await?;
     // A second developer for nginx: `keys create` on the same DATA_DIR.
     let mut command = Command::new(bin.join("webhooks-api"));
     command.env("DATA_DIR", &data_dir).env_remove("DATABASE_URL").env("RUST_LOG", "warn").stdin(Stdio::null());
     let (nginx_key, nginx_developer_id) = create_key(command, "bench-nginx").await?;
-    active_endpoint(&client, &api_url, &nginx_key, nginx.port()).await?;
+    active_endpoint(&client, &api_url, &nginx_key, &hook(nginx.port())).await?;
     let in_process =
         Target { side: Side::InProcess, arrivals: arrivals.clone(), developer_id, pid: std::process::id() };
     let to_nginx =
@@ -1140,8 +1353,8 @@ async fn standalone(
     .await?;
     wrk_rows(bench, "standalone", None, &e2e_ng);
 
-    let latency_in = latency(bench, "standalone: ", &client, &ingest_url, &in_process).await?;
-    let latency_ng = latency(bench, "standalone: ", &client, &ingest_url, &to_nginx).await?;
+    let latency_in = latency("standalone: ", bench.fixed_rate(), &client, &ingest_url, &in_process).await?;
+    let latency_ng = latency("standalone: ", bench.fixed_rate(), &client, &ingest_url, &to_nginx).await?;
     latency_rows(bench, &latency_in, &latency_ng);
 
     stop(process).await;
