@@ -1,6 +1,7 @@
 //! The RabbitMQ source: consumes the two work queues (`{p}.deliveries`, and
 //! `{p}.deliveries.bulk` with at most three quarters of the slots) with
-//! manual acks and a prefetch window each, drops cached endpoints on lifecycle messages, publishes
+//! manual acks and a prefetch window each, each on a channel of its own,
+//! drops cached endpoints on lifecycle messages, publishes
 //! retries (confirmed) to the retry queue of their delay, and acks only after
 //! the handler recorded the outcome.
 
@@ -31,7 +32,7 @@ use crate::{
 /// that stops answering must not stall a dispatcher or its shutdown.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the handlers of one broker session share.
+/// What the handlers of one lane's consumer share.
 #[derive(Debug)]
 struct Session {
     topology: Topology,
@@ -112,7 +113,6 @@ pub async fn session(
     let connection = broker::connect(&context.common.amqp_url, "webhooks-dispatcher").await.context("connect")?;
     let channel = connection.create_channel().await.context("open channel")?;
     topology.declare(&channel).await.context("declare topology")?;
-    channel.basic_qos(context.delivery.dispatcher_prefetch, Default::default()).await.context("qos")?;
     let publisher = connection.create_channel().await.context("open publish channel")?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
 
@@ -146,9 +146,8 @@ pub async fn session(
     // Changes may have been missed while disconnected.
     context.cache.clear();
 
-    let (mut deliveries, default_tag) = consume(&channel, topology, Lane::Default).await?;
-    let (mut bulk, bulk_tag) = consume(&channel, topology, Lane::Bulk).await?;
-    let tags = [default_tag, bulk_tag];
+    let mut default = LaneConsumer::start(&connection, &context, topology, &publisher, Lane::Default).await?;
+    let mut bulk = LaneConsumer::start(&connection, &context, topology, &publisher, Lane::Bulk).await?;
     broker_up.send_replace(true);
     tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), "dispatcher consuming");
 
@@ -158,8 +157,6 @@ pub async fn session(
     // are always there for the default lane.
     let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
     let handlers = Handlers::default();
-    let (settler, settling) = Settler::start(channel.clone());
-    let session = Arc::new(Session { topology: topology.clone(), publisher, settler });
     let result = 'session: loop {
         // A slot first, so a message is received only when it can run;
         // lifecycle messages are taken meanwhile, whatever the deliveries do.
@@ -186,11 +183,15 @@ pub async fn session(
                     Some(Err(error)) => break 'session Err(anyhow::Error::new(error).context("lifecycle consumer")),
                     None => break 'session Err(anyhow::anyhow!("lifecycle consumer closed")),
                 },
-                next = deliveries.next() => break (next, None, Lane::Default),
-                (bulk_slot, next) = async { (bulk_slots.clone().acquire_owned().await, bulk.next().await) } => {
+                next = default.consumer.next() => break (next, None, Lane::Default),
+                (bulk_slot, next) = async { (bulk_slots.clone().acquire_owned().await, bulk.consumer.next().await) } => {
                     break (next, bulk_slot.ok(), Lane::Bulk)
                 }
             }
+        };
+        let session = match lane {
+            Lane::Default => &default.session,
+            Lane::Bulk => &bulk.session,
         };
         match next {
             Some(Ok(delivery)) => {
@@ -205,33 +206,60 @@ pub async fn session(
     };
 
     if result.is_ok() {
-        for tag in tags {
-            let cancel = channel.basic_cancel(tag, BasicCancelOptions::default());
+        for lane in [&default, &bulk] {
+            let cancel = lane.channel.basic_cancel(lane.tag.clone(), BasicCancelOptions::default());
             let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
         }
     }
     handlers.finish(context.delivery.shutdown_timeout, "their messages go back to the queue").await;
-    // Send the acks of what finished before the channel closes.
-    drop(session);
-    let _ = tokio::time::timeout(Duration::from_secs(5), settling).await;
+    // Send the acks of what finished before the channels close.
+    for lane in [default, bulk] {
+        drop(lane.session);
+        let _ = tokio::time::timeout(Duration::from_secs(5), lane.settling).await;
+    }
     broker_up.send_replace(false);
     let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
     result
 }
 
-/// Consumes the work queue of `lane` under a tag of its own.
-async fn consume(channel: &Channel, topology: &Topology, lane: Lane) -> anyhow::Result<(Consumer, ShortString)> {
-    let tag: ShortString = format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into();
-    let consumer = channel
-        .basic_consume(
-            topology.work_queue(lane).as_str().into(),
-            tag.clone(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .with_context(|| format!("consume the {} lane", lane.as_str()))?;
-    Ok((consumer, tag))
+/// One work queue's consumer, on a channel of its own with its own settler.
+/// Delivery tags are numbered per channel, and a `multiple` ack covers every
+/// tag below it: with one consumer per channel, those are messages this
+/// consumer has handed over, in order, and never another lane's messages
+/// still waiting in the client's buffer for a slot.
+struct LaneConsumer {
+    channel: Channel,
+    consumer: Consumer,
+    tag: ShortString,
+    session: Arc<Session>,
+    settling: tokio::task::JoinHandle<()>,
+}
+
+impl LaneConsumer {
+    async fn start(
+        connection: &lapin::Connection,
+        context: &Context,
+        topology: &Topology,
+        publisher: &Channel,
+        lane: Lane,
+    ) -> anyhow::Result<LaneConsumer> {
+        let channel =
+            connection.create_channel().await.with_context(|| format!("open the {} channel", lane.as_str()))?;
+        channel.basic_qos(context.delivery.dispatcher_prefetch, Default::default()).await.context("qos")?;
+        let tag: ShortString = format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into();
+        let consumer = channel
+            .basic_consume(
+                topology.work_queue(lane).as_str().into(),
+                tag.clone(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("consume the {} lane", lane.as_str()))?;
+        let (settler, settling) = Settler::start(channel.clone());
+        let session = Arc::new(Session { topology: topology.clone(), publisher: publisher.clone(), settler });
+        Ok(LaneConsumer { channel, consumer, tag, session, settling })
+    }
 }
 
 /// The delivery a message asks for; a message that is not one goes to the
