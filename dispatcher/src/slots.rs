@@ -64,7 +64,14 @@ impl Signal {
 pub struct Slots {
     ceiling: usize,
     wait: Duration,
-    endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
+    endpoints: Mutex<Endpoints>,
+}
+
+#[derive(Debug, Default)]
+struct Endpoints {
+    all: HashMap<String, Arc<Endpoint>>,
+    /// The count above which idle endpoints are forgotten next.
+    prune_at: usize,
 }
 
 #[derive(Debug)]
@@ -91,13 +98,25 @@ impl Endpoint {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn try_take(self: &Arc<Self>) -> Option<Slot> {
+    /// A free slot, if any; a newcomer (`queued` false) takes none while
+    /// messages wait, so a freed slot goes to one that waited.
+    fn try_take(self: &Arc<Self>, queued: bool) -> Option<Slot> {
         let mut state = self.state();
-        if state.in_flight >= state.limit {
+        if state.in_flight >= state.limit || (!queued && state.waiting > 0) {
             return None;
         }
         state.in_flight += 1;
         Some(Slot { endpoint: self.clone(), started: Instant::now() })
+    }
+}
+
+/// A message counted among an endpoint's waiting ones, until dropped (also
+/// when its handler is dropped mid-wait).
+struct Waiter<'a>(&'a Arc<Endpoint>);
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.state().waiting -= 1;
     }
 }
 
@@ -109,6 +128,12 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// The attempt starts now (after any wait for its pace): its duration,
+    /// which the endpoint's mean follows, counts from here.
+    pub fn begin(&mut self) {
+        self.started = Instant::now();
+    }
+
     /// Adjusts the endpoint's limit by the outcome of the attempt made in
     /// this slot.
     pub fn report(&self, signal: Signal) {
@@ -144,15 +169,30 @@ impl Slots {
     /// `ceiling`: `DISPATCHER_ENDPOINT_CONCURRENCY`; `wait`:
     /// `ENDPOINT_SLOT_WAIT`.
     pub fn new(ceiling: usize, wait: Duration) -> Slots {
-        Slots { ceiling: ceiling.max(1), wait, endpoints: Mutex::new(HashMap::new()) }
+        Slots {
+            ceiling: ceiling.max(1),
+            wait,
+            endpoints: Mutex::new(Endpoints { all: HashMap::new(), prune_at: REMEMBERED }),
+        }
     }
 
     fn endpoint(&self, endpoint_id: &str) -> Arc<Endpoint> {
-        let mut all = self.endpoints.lock().unwrap_or_else(PoisonError::into_inner);
-        if all.len() > REMEMBERED {
-            all.retain(|_, endpoint| Arc::strong_count(endpoint) > 1);
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(PoisonError::into_inner);
+        if endpoints.all.len() > endpoints.prune_at {
+            // Forget endpoints with nothing under way and nothing learned
+            // that matters: a throttled or saturated one keeps its state.
+            let now = Instant::now();
+            endpoints.all.retain(|_, endpoint| {
+                let state = endpoint.state();
+                Arc::strong_count(endpoint) > 1
+                    || state.limit < FIRST_LIMIT
+                    || state.saturated_until.is_some_and(|until| until > now)
+            });
+            endpoints.prune_at = (endpoints.all.len() * 2).max(REMEMBERED);
         }
-        all.entry(endpoint_id.to_owned())
+        endpoints
+            .all
+            .entry(endpoint_id.to_owned())
             .or_insert_with(|| {
                 Arc::new(Endpoint {
                     ceiling: self.ceiling,
@@ -174,7 +214,7 @@ impl Slots {
     /// the endpoint is full and not expected to free a slot in time.
     pub async fn take(&self, endpoint_id: &str) -> Option<Slot> {
         let endpoint = self.endpoint(endpoint_id);
-        if let Some(slot) = endpoint.try_take() {
+        if let Some(slot) = endpoint.try_take(false) {
             return Some(slot);
         }
         {
@@ -191,11 +231,11 @@ impl Slots {
             }
             state.waiting += 1;
         }
+        let waiter = Waiter(&endpoint);
         let slot = self.wait_for(&endpoint).await;
-        let mut state = endpoint.state();
-        state.waiting -= 1;
+        drop(waiter);
         if slot.is_none() {
-            state.saturated_until = Some(Instant::now() + SATURATED_FOR);
+            endpoint.state().saturated_until = Some(Instant::now() + SATURATED_FOR);
         }
         slot
     }
@@ -206,7 +246,7 @@ impl Slots {
             let freed = endpoint.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(slot) = endpoint.try_take() {
+            if let Some(slot) = endpoint.try_take(true) {
                 return Some(slot);
             }
             tokio::time::timeout_at(deadline, freed).await.ok()?;
@@ -225,7 +265,7 @@ mod tests {
 
     fn limit_after(slots: &Slots, signals: &[Signal]) -> usize {
         for signal in signals {
-            let slot = slots.endpoint("e").try_take().expect("a free slot");
+            let slot = slots.endpoint("e").try_take(false).expect("a free slot");
             slot.report(*signal);
         }
         slots.limit("e")
@@ -247,7 +287,7 @@ mod tests {
         assert_eq!(slots.limit("e"), 32);
         // Four attempts under way when the endpoint starts to time out.
         let endpoint = slots.endpoint("e");
-        let burst: Vec<Slot> = (0..4).map(|_| endpoint.try_take().unwrap()).collect();
+        let burst: Vec<Slot> = (0..4).map(|_| endpoint.try_take(false).unwrap()).collect();
         for slot in &burst {
             slot.report(Signal::Overload);
         }
@@ -282,6 +322,36 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(held);
         assert!(waiter.await.unwrap(), "the freed slot went to the waiting message");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_does_not_take_the_slot_a_waiting_message_is_owed() {
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1)));
+        let held = slots.take("e").await.expect("the first slot");
+        let waiter = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take("e").await.is_some() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(held);
+        // Freed, but owed to the waiting message: a newcomer gets none.
+        assert!(slots.endpoint("e").try_take(false).is_none());
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_dropped_while_waiting_is_no_longer_counted() {
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1)));
+        let _held = slots.take("e").await.unwrap();
+        let waiter = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take("e").await.is_some() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(slots.endpoint("e").state().waiting, 1);
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(slots.endpoint("e").state().waiting, 0);
     }
 
     #[tokio::test(start_paused = true)]
