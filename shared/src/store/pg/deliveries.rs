@@ -40,6 +40,9 @@ const RECORD: &str = "
                AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
          WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
            AND NOT EXISTS (SELECT 1 FROM ordered)
+        -- A batch whose commit the client did not hear of is recorded again
+        -- one by one: its log entries are there already.
+        ON CONFLICT (id) DO NOTHING
         RETURNING 1
     ), states AS (
         UPDATE deliveries d

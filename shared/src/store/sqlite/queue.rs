@@ -141,7 +141,9 @@ impl SqliteStore {
     /// are the message's counts of this attempt's parks and failures, kept
     /// for its next claim (`None` keeps the stored ones, as a `requeue`
     /// does). Nothing changes unless the delivery is still at `generation`
-    /// (any, when `None`) and still waiting for an attempt. `pace_ticket` is
+    /// (any, when `None`), still waiting for an attempt and still claimed (a
+    /// handler dropped at shutdown after its outcome was recorded must not
+    /// move the recorded retry time). `pace_ticket` is
     /// the ticket the delivery took in its endpoint's pace, which its next
     /// claim carries.
     pub async fn defer(
@@ -155,7 +157,8 @@ impl SqliteStore {
         sqlx::query(
             "UPDATE deliveries SET next_attempt_at = $3, claimed = 0, updated_at = $4,
                     parks = coalesce($5, parks), failures = coalesce($6, failures), pace_ticket = coalesce($7, pace_ticket)
-              WHERE id = $1 AND ($2 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
+              WHERE id = $1 AND ($2 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')
+                AND claimed = 1",
         )
         .bind(delivery_id)
         .bind(generation)
