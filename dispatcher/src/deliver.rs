@@ -39,14 +39,15 @@ impl Attempt {
     }
 }
 
-/// POSTs `body` to the endpoint, signed at `now` with its keys.
+/// POSTs `body` to the endpoint with its signature headers (`signed`, from
+/// `endpoint.signer`: the caller signs, so that it can decide when).
 pub async fn attempt(
     client: &Client,
     endpoint: &Endpoint,
     event_id: &str,
     body: &str,
     allow_private: bool,
-    now: chrono::DateTime<Utc>,
+    signed: Vec<(&'static str, String)>,
 ) -> Attempt {
     let started = Instant::now();
     let failed = |error: &'static str| Attempt {
@@ -65,7 +66,7 @@ pub async fn attempt(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE))
         .header(WEBHOOK_ID_HEADER, event_id);
-    for (name, value) in endpoint.signer.headers(event_id, now, body.as_bytes()) {
+    for (name, value) in signed {
         request = request.header(name, value);
     }
     let request = request.body(body.to_owned());
