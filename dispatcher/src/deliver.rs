@@ -39,15 +39,14 @@ impl Attempt {
     }
 }
 
-/// POSTs `body` to the endpoint with its signature headers (`signed`, from
-/// `endpoint.signer`: the caller signs, so that it can decide when).
+/// POSTs `body` to the endpoint, signed at `now` with its keys.
 pub async fn attempt(
     client: &Client,
     endpoint: &Endpoint,
     event_id: &str,
     body: &str,
     allow_private: bool,
-    signed: Vec<(&'static str, String)>,
+    now: chrono::DateTime<Utc>,
 ) -> Attempt {
     let started = Instant::now();
     let failed = |error: &'static str| Attempt {
@@ -66,7 +65,7 @@ pub async fn attempt(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE))
         .header(WEBHOOK_ID_HEADER, event_id);
-    for (name, value) in signed {
+    for (name, value) in endpoint.signer.headers(event_id, now, body.as_bytes()) {
         request = request.header(name, value);
     }
     let request = request.body(body.to_owned());

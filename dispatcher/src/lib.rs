@@ -147,7 +147,6 @@ async fn context(
         store,
         metrics,
         slots: slots::Slots::new(delivery.dispatcher_endpoint_concurrency, delivery.endpoint_slot_wait),
-        bulk_signing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, usize::from)),
     }))
 }
 

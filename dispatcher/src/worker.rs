@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use shared::{
-    broker::{DeliveryMessage, Lane, PARK_LIMIT},
+    broker::{DeliveryMessage, PARK_LIMIT},
     config::CommonConfig,
     model::DeliveryLog,
     store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn},
@@ -43,8 +43,6 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Attempts in flight per endpoint, under limits that adapt.
     pub slots: crate::slots::Slots,
-    /// Turns to sign for the bulk lane: one per core.
-    pub bulk_signing: tokio::sync::Semaphore,
 }
 
 /// Handles one message to the end: its ticket is settled before this returns
@@ -125,7 +123,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         }
     }
 
-    let Some(mut slot) = context.slots.take(&endpoint.id).await else {
+    let Some(slot) = context.slots.take(&endpoint.id).await else {
         return defer(context, ticket, &message, "deferred").await;
     };
 
@@ -144,21 +142,17 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         let lag = (Utc::now() - message.event_created_at).to_std().unwrap_or_default();
         context.metrics.queue_lag.observe(lag.as_secs_f64());
     }
-    slot.begin();
     context.metrics.in_flight.inc();
-    // The signature is most of an attempt's CPU. The bulk lane signs one at a
-    // time per core: a backlog's attempts then never stand in front of a
-    // default-lane attempt for the CPU, only beside it.
-    let signed = {
-        let _turn = match message.lane {
-            Lane::Bulk => context.bulk_signing.acquire().await.ok(),
-            Lane::Default => None,
-        };
-        endpoint.signer.headers(&message.event_id, shared::time::now(), message.body.as_bytes())
-    };
     let allow_private = context.common.target_allow_private;
-    let mut attempt =
-        deliver::attempt(&context.client, &endpoint, &message.event_id, &message.body, allow_private, signed).await;
+    let mut attempt = deliver::attempt(
+        &context.client,
+        &endpoint,
+        &message.event_id,
+        &message.body,
+        allow_private,
+        shared::time::now(),
+    )
+    .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
     slot.report(Signal::of(attempt.succeeded(), attempt.status, attempt.error));
