@@ -282,9 +282,17 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     assert_eq!(store.next_due_at(true).await.unwrap(), Some(retry_at));
     assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Current);
 
+    // A put-back of a delivery no longer claimed (its handler was dropped
+    // at shutdown after its outcome was recorded) leaves the retry time.
+    let earlier = crate::time::now() - chrono::Duration::seconds(1);
+    store.defer(delivery, Some(0), earlier, Some((1, 0)), None).await.unwrap();
+    assert_eq!(store.next_due_at(true).await.unwrap(), Some(retry_at), "the recorded retry time stands");
+
     // Brought forward, it is due with the next attempt number.
-    store
-        .defer(delivery, Some(0), crate::time::now() - chrono::Duration::seconds(1), Some((1, 0)), None)
+    sqlx::query("UPDATE deliveries SET next_attempt_at = $2, parks = 1 WHERE id = $1")
+        .bind(delivery)
+        .bind(earlier.timestamp_micros())
+        .execute(&store.writer)
         .await
         .unwrap();
     let retry = store.claim_due(10, 10).await.unwrap();
