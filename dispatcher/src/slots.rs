@@ -11,8 +11,9 @@
 //!
 //! A message that finds its endpoint full waits for a slot only while one
 //! is expected within `ENDPOINT_SLOT_WAIT`, judged by the endpoint's recent
-//! attempt durations and the messages already waiting; otherwise, or once a
-//! wait went by in vain, the caller parks it. A hanging endpoint's backlog
+//! attempt durations and the messages already waiting, and only if a slot
+//! was freed within the last such wait; otherwise, or once a wait went by in
+//! vain, the caller parks it. A hanging endpoint's backlog
 //! therefore waits in the retry queues, not in the dispatcher's slots.
 
 use std::{
@@ -89,6 +90,10 @@ struct State {
     /// When the limit was last halved.
     lowered_at: Option<Instant>,
     saturated_until: Option<Instant>,
+    /// When a slot was last freed, or the endpoint last went from idle to
+    /// busy: a full endpoint that freed nothing for a whole wait has
+    /// attempts that hang, and frees nothing in time for a waiting message.
+    progress_at: Instant,
     /// Mean duration of the endpoint's recent attempts, in seconds.
     mean_secs: Option<f64>,
 }
@@ -104,6 +109,9 @@ impl Endpoint {
         let mut state = self.state();
         if state.in_flight >= state.limit || (!queued && state.waiting > 0) {
             return None;
+        }
+        if state.in_flight == 0 {
+            state.progress_at = Instant::now();
         }
         state.in_flight += 1;
         Some(Slot { endpoint: self.clone(), started: Instant::now() })
@@ -160,7 +168,10 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.endpoint.state().in_flight -= 1;
+        let mut state = self.endpoint.state();
+        state.in_flight -= 1;
+        state.progress_at = Instant::now();
+        drop(state);
         self.endpoint.freed.notify_one();
     }
 }
@@ -202,6 +213,7 @@ impl Slots {
                         waiting: 0,
                         lowered_at: None,
                         saturated_until: None,
+                        progress_at: Instant::now(),
                         mean_secs: None,
                     }),
                     freed: Notify::new(),
@@ -221,6 +233,12 @@ impl Slots {
             let mut state = endpoint.state();
             let now = Instant::now();
             if state.saturated_until.is_some_and(|until| until > now) {
+                return None;
+            }
+            // Nothing freed for a whole wait (the first attempts of an
+            // endpoint that hangs, before any of them has ended).
+            if now.duration_since(state.progress_at) > self.wait {
+                state.saturated_until = Some(now + SATURATED_FOR);
                 return None;
             }
             // Slots free at about `limit / mean` a second; this message
@@ -366,6 +384,26 @@ mod tests {
         let started = Instant::now();
         assert!(slots.take("e").await.is_none());
         assert_eq!(started.elapsed(), Duration::ZERO, "parked at once, not after a wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_endpoint_that_freed_nothing_for_a_wait_parks_at_once() {
+        let slots = Slots::new(1, Duration::from_secs(1));
+        // Idle for long, then busy: its first attempt may still free a slot.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let held = slots.take("e").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiter = slots.take("e");
+        tokio::pin!(waiter);
+        assert!(tokio::time::timeout(Duration::from_millis(100), waiter.as_mut()).await.is_err(), "it waits");
+        drop(held);
+        let _held = waiter.await.expect("the freed slot");
+        // This attempt hangs: after a whole wait with nothing freed, a
+        // message is parked at once rather than wait a second in vain.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let started = Instant::now();
+        assert!(slots.take("e").await.is_none());
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
