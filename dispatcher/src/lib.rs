@@ -11,6 +11,7 @@
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`recorder`]: batched writes of attempts and delivery state;
 //! - [`standing`]: batched checks that a retry should still be made;
+//! - [`parked`]: batched due times of parked deliveries;
 //! - [`slots`]: attempts in flight per endpoint, under limits that adapt;
 //! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
@@ -22,6 +23,7 @@ pub mod config;
 pub mod decide;
 pub mod deliver;
 pub mod metrics;
+pub mod parked;
 pub mod recorder;
 pub mod settle;
 pub mod slots;
@@ -144,6 +146,7 @@ async fn context(
         cache: EndpointCache::new(store.clone(), cipher, delivery.endpoint_cache_ttl),
         recorder: Recorder::spawn(store.clone(), writers),
         standings: standing::Standings::spawn(store.clone(), writers),
+        parked: parked::ParkedWrites::spawn(store.clone(), writers),
         store,
         metrics,
         slots: slots::Slots::new(delivery.dispatcher_endpoint_concurrency, delivery.endpoint_slot_wait),

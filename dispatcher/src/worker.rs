@@ -38,6 +38,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Whether a retry still stands, asked in batches.
     pub standings: crate::standing::Standings,
+    /// Due times of parked deliveries, written in batches.
+    pub parked: crate::parked::ParkedWrites,
     /// For the few reads outside the cache.
     pub store: Store,
     pub metrics: Arc<Metrics>,

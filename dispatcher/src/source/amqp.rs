@@ -17,7 +17,10 @@ use lapin::{
     },
     types::{FieldTable, ShortString},
 };
-use shared::broker::{self, DeliveryMessage, Envelope, Lane, Message, Topology};
+use shared::{
+    broker::{self, DeliveryMessage, Envelope, Lane, Message, Topology},
+    store::Parked,
+};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -76,14 +79,8 @@ impl AmqpTicket {
         match publish_retry(&self.session, message, delay).await {
             Ok(()) => {
                 let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-                // The store may be why the message is parked: then the due
-                // time stays, and a sweep may queue the delivery again (the
-                // older message is dropped unsent when it comes back).
-                if let Err(error) =
-                    context.store.defer(message.delivery_id, message.generation, until, None, None).await
-                {
-                    tracing::debug!(%error, "cannot move the parked delivery's due time");
-                }
+                let parked = Parked { delivery_id: message.delivery_id, generation: message.generation, until };
+                context.parked.write(parked).await;
                 context.metrics.outcome(outcome);
                 self.ack();
             }

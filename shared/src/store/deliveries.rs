@@ -81,6 +81,15 @@ pub enum RetryStanding {
     Superseded,
 }
 
+/// A delivery whose message was parked until `until`, in `generation`
+/// (unknown: `None`): see [`crate::store::Store::defer_parked`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parked {
+    pub delivery_id: i64,
+    pub generation: Option<i32>,
+    pub until: chrono::DateTime<chrono::Utc>,
+}
+
 /// Whether attempt `attempt` of `delivery_id`, in `generation` (unknown:
 /// `None`), should still be made: see [`RetryStanding`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,7 +25,7 @@ mod retention;
 pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Turn};
+pub use deliveries::{AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, Turn};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
@@ -403,6 +403,12 @@ impl Store {
         pace_ticket: Option<i64>,
     ) -> StoreResult<()> {
         each_backend!(self, s => s.defer(delivery_id, generation, until, parks, pace_ticket).await)
+    }
+
+    /// [`Store::defer`] for several deliveries parked by the broker's retry
+    /// queues, in one statement: their due times move, nothing else.
+    pub async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
+        each_backend!(self, s => s.defer_parked(parked).await)
     }
 
     /// Whether delivery `delivery_id` (at `generation`) of the ordered

@@ -7,7 +7,7 @@ use super::PgStore;
 use crate::{
     model::DeliveryLog,
     store::{
-        AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
+        AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, StoreResult,
         health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
     },
 };
@@ -155,6 +155,24 @@ impl PgStore {
         .bind(delivery_id)
         .bind(generation)
         .bind(until)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub(in crate::store) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
+        let ids: Vec<i64> = parked.iter().map(|p| p.delivery_id).collect();
+        let generations: Vec<Option<i32>> = parked.iter().map(|p| p.generation).collect();
+        let untils: Vec<DateTime<Utc>> = parked.iter().map(|p| p.until).collect();
+        sqlx::query(
+            "UPDATE deliveries d SET next_attempt_at = u.until, updated_at = now()
+               FROM unnest($1::int8[], $2::int4[], $3::timestamptz[]) AS u(id, generation, until)
+              WHERE d.id = u.id AND (u.generation IS NULL OR d.generation = u.generation)
+                AND d.state IN ('pending', 'retrying')",
+        )
+        .bind(ids)
+        .bind(generations)
+        .bind(untils)
         .execute(&self.pool)
         .await?;
         Ok(())

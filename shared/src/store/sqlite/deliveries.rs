@@ -8,7 +8,7 @@ use super::{SqliteStore, micros, time};
 use crate::{
     model::DeliveryLog,
     store::{
-        AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
+        AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, StoreResult,
         health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
     },
 };
@@ -74,6 +74,15 @@ impl SqliteStore {
         }
         record_health(&mut tx, &health::changes(records)).await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Standalone mode parks through its own queue (`defer`); this is the
+    /// same for each delivery in turn.
+    pub(in crate::store) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
+        for p in parked {
+            self.defer(p.delivery_id, p.generation, p.until, None, None).await?;
+        }
         Ok(())
     }
 
