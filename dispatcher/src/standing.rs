@@ -2,8 +2,6 @@
 //! still be made, asked in batches ([`shared::batch`]): a backlog of such
 //! messages costs one statement per batch, not one per message.
 
-use std::sync::Arc;
-
 use shared::{
     batch::{Batcher, Batching},
     store::{RetryStanding, StandingQuestion, Store, StoreError, StoreResult},
@@ -26,10 +24,7 @@ impl Standings {
             async move {
                 match store.retry_standings(&questions).await {
                     Ok(standings) => standings.into_iter().map(Ok).collect(),
-                    Err(error) => {
-                        let error = Arc::new(error);
-                        questions.iter().map(|_| Err(StoreError::Batch(error.clone()))).collect()
-                    }
+                    Err(error) => error.for_batch(questions.len()),
                 }
             }
         });

@@ -60,6 +60,15 @@ pub enum StoreError {
     Batch(#[source] std::sync::Arc<StoreError>),
 }
 
+impl StoreError {
+    /// The answers of a batch of `n` calls that failed as a whole (group
+    /// commit): each gets this one cause.
+    pub fn for_batch<T>(self, n: usize) -> Vec<StoreResult<T>> {
+        let error = std::sync::Arc::new(self);
+        (0..n).map(|_| Err(StoreError::Batch(error.clone()))).collect()
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         StoreError::Database(error)

@@ -148,16 +148,7 @@ impl PgStore {
         _parks: Option<(u32, u32)>,
         _pace_ticket: Option<i64>,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE deliveries SET next_attempt_at = $3, updated_at = now()
-              WHERE id = $1 AND ($2::int4 IS NULL OR generation = $2) AND state IN ('pending', 'retrying')",
-        )
-        .bind(delivery_id)
-        .bind(generation)
-        .bind(until)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.defer_parked(&[Parked { delivery_id, generation, until }]).await
     }
 
     pub(in crate::store) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
