@@ -104,10 +104,7 @@ impl Writer {
                 }
                 outcomes
             }
-            Err(error) => {
-                let error = Arc::new(error);
-                events.iter().map(|_| Err(StoreError::Batch(error.clone()))).collect()
-            }
+            Err(error) => error.for_batch(events.len()),
         }
     }
 
@@ -128,19 +125,8 @@ impl Writer {
                 ready.push(Ready { delivery_id: queued.delivery_id, lane: event.lane, payload });
             }
         }
-        if ready.is_empty() {
-            return;
-        }
-        let Err(refused) = publisher.hand_over(ready) else { return };
-        let Some(pg) = self.store.postgres() else { return };
-        let deliveries: Vec<(i64, Lane)> = refused.iter().map(|m| (m.delivery_id, m.lane)).collect();
-        match pg.outbox_first_attempts(&deliveries).await {
-            Ok(()) => self.wake.notify_one(),
-            Err(error) => tracing::warn!(
-                %error,
-                count = deliveries.len(),
-                "first attempts neither handed over nor written to the outbox; the sweeper will queue them again"
-            ),
+        if !ready.is_empty() {
+            publisher.hand_over(ready).await;
         }
     }
 }

@@ -90,6 +90,39 @@ pub struct Ready {
 pub struct Publisher {
     ready: mpsc::Sender<Vec<Ready>>,
     broker_up: watch::Receiver<bool>,
+    /// Where what the relay cannot take goes.
+    outbox: Outbox,
+}
+
+/// The outbox, for first attempts that were not published: the relay's
+/// usual path takes them from there.
+#[derive(Debug, Clone)]
+struct Outbox {
+    store: PgStore,
+    wake: Arc<Notify>,
+}
+
+impl Outbox {
+    /// Writes `unpublished` to the outbox and wakes the relay. Should that
+    /// fail too (the database is down), the sweeper queues their deliveries
+    /// again later.
+    async fn write(&self, unpublished: Vec<Ready>) {
+        if unpublished.is_empty() {
+            return;
+        }
+        let deliveries: Vec<(i64, Lane)> = unpublished.iter().map(|m| (m.delivery_id, m.lane)).collect();
+        match self.store.outbox_first_attempts(&deliveries).await {
+            Ok(()) => {
+                tracing::info!(count = deliveries.len(), "unpublished first attempts written to the outbox");
+                self.wake.notify_one();
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                count = deliveries.len(),
+                "unpublished first attempts not written to the outbox; the sweeper will queue them again"
+            ),
+        }
+    }
 }
 
 impl Publisher {
@@ -99,12 +132,14 @@ impl Publisher {
         *self.broker_up.borrow()
     }
 
-    /// Hands committed messages over; gives them back when the relay cannot
-    /// take them (it is stopping, or holds too many already).
-    pub fn hand_over(&self, batch: Vec<Ready>) -> Result<(), Vec<Ready>> {
-        self.ready.try_send(batch).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(batch) | mpsc::error::TrySendError::Closed(batch) => batch,
-        })
+    /// Hands committed messages over; when the relay cannot take them (it
+    /// is stopping, or holds too many already), writes them to the outbox.
+    pub async fn hand_over(&self, batch: Vec<Ready>) {
+        if let Err(mpsc::error::TrySendError::Full(batch) | mpsc::error::TrySendError::Closed(batch)) =
+            self.ready.try_send(batch)
+        {
+            self.outbox.write(batch).await;
+        }
     }
 }
 
@@ -118,6 +153,7 @@ pub struct Relay {
     pub metrics: Arc<Metrics>,
     /// Messages handed over by the ingest writer.
     ready: Mutex<mpsc::Receiver<Vec<Ready>>>,
+    outbox: Outbox,
 }
 
 /// The confirms of one handed-over batch: resolves to the messages the broker
@@ -147,8 +183,18 @@ impl Relay {
     ) -> (Relay, Publisher) {
         let (broker_up, broker_up_rx) = watch::channel(false);
         let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
-        let relay = Relay { store, amqp_url, topology, wake, broker_up, metrics, ready: Mutex::new(ready) };
-        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx })
+        let outbox = Outbox { store: store.clone(), wake: wake.clone() };
+        let relay = Relay {
+            store,
+            amqp_url,
+            topology,
+            wake,
+            broker_up,
+            metrics,
+            ready: Mutex::new(ready),
+            outbox: outbox.clone(),
+        };
+        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx, outbox })
     }
 
     /// Runs until `shutdown`; then publishes what is already committed, within
@@ -169,7 +215,7 @@ impl Relay {
         while let Ok(batch) = ready.try_recv() {
             left.extend(batch);
         }
-        self.to_outbox(left).await;
+        self.outbox.write(left).await;
         let _ = listening.await;
     }
 
@@ -187,7 +233,7 @@ impl Relay {
         // Whatever way the session ends, the confirms under way come in (or
         // fail with the channel) and what was not confirmed goes to the outbox.
         while let Some(unconfirmed) = confirming.next().await {
-            self.to_outbox(unconfirmed).await;
+            self.outbox.write(unconfirmed).await;
         }
         if result.is_ok() {
             let _ = tokio::time::timeout(CONFIRM_TIMEOUT, connection.close(200, "shutdown".into())).await;
@@ -217,25 +263,20 @@ impl Relay {
             }
             if shutdown.is_cancelled() {
                 while let Ok(batch) = ready.try_recv() {
-                    let confirmed = self.publish_ready(channel, batch).await?;
-                    confirming.push(confirmed);
+                    self.publish_ready(channel, batch, confirming).await?;
                 }
                 return Ok(());
             }
             if read_outbox {
                 // A backlog in the outbox: hand-overs go out between its batches.
                 if let Ok(batch) = ready.try_recv() {
-                    let confirmed = self.publish_ready(channel, batch).await?;
-                    confirming.push(confirmed);
+                    self.publish_ready(channel, batch, confirming).await?;
                 }
                 continue;
             }
             tokio::select! {
-                Some(batch) = ready.recv() => {
-                    let confirmed = self.publish_ready(channel, batch).await?;
-                    confirming.push(confirmed);
-                }
-                Some(unconfirmed) = confirming.next() => self.to_outbox(unconfirmed).await,
+                Some(batch) = ready.recv() => self.publish_ready(channel, batch, confirming).await?,
+                Some(unconfirmed) = confirming.next() => self.outbox.write(unconfirmed).await,
                 () = self.wake.notified() => read_outbox = true,
                 _ = scan.tick() => {
                     anyhow::ensure!(connection.status().connected(), "connection closed");
@@ -246,11 +287,16 @@ impl Relay {
         }
     }
 
-    /// Publishes handed-over messages at once; the future returned resolves
-    /// to those the broker did not confirm. A publish that fails ends the
-    /// session; the batch's messages not yet published then go to the outbox
-    /// through the future.
-    async fn publish_ready(&self, channel: &lapin::Channel, batch: Vec<Ready>) -> anyhow::Result<Confirming> {
+    /// Publishes handed-over messages at once, and adds to `confirming` the
+    /// future that resolves to those the broker did not confirm. A publish
+    /// that fails ends the session; the batch's messages not yet confirmed
+    /// then go to the outbox.
+    async fn publish_ready(
+        &self,
+        channel: &lapin::Channel,
+        batch: Vec<Ready>,
+        confirming: &mut FuturesUnordered<Confirming>,
+    ) -> anyhow::Result<()> {
         let mut confirms: Vec<(Ready, Option<PublisherConfirm>)> = Vec::with_capacity(batch.len());
         let mut failure = None;
         for message in batch {
@@ -295,34 +341,16 @@ impl Relay {
             unconfirmed
         });
         match failure {
-            None => Ok(confirmed),
+            None => {
+                confirming.push(confirmed);
+                Ok(())
+            }
             Some(error) => {
                 // The future still settles what was published before.
                 let unconfirmed = confirmed.await;
-                self.to_outbox(unconfirmed).await;
+                self.outbox.write(unconfirmed).await;
                 Err(anyhow::Error::new(error).context("publish"))
             }
-        }
-    }
-
-    /// Writes handed-over messages that were not confirmed to the outbox, for
-    /// the relay's usual path. Should that fail too (the database is down),
-    /// the sweeper queues their deliveries again later.
-    async fn to_outbox(&self, unconfirmed: Vec<Ready>) {
-        if unconfirmed.is_empty() {
-            return;
-        }
-        let deliveries: Vec<(i64, Lane)> = unconfirmed.iter().map(|m| (m.delivery_id, m.lane)).collect();
-        match self.store.outbox_first_attempts(&deliveries).await {
-            Ok(()) => {
-                tracing::info!(count = deliveries.len(), "unconfirmed first attempts written to the outbox");
-                self.wake.notify_one();
-            }
-            Err(error) => tracing::warn!(
-                %error,
-                count = deliveries.len(),
-                "unconfirmed first attempts not written to the outbox; the sweeper will queue them again"
-            ),
         }
     }
 
