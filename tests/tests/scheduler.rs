@@ -39,6 +39,16 @@ async fn stop_all(dispatchers: Vec<TestDispatcher>) {
     }
 }
 
+/// Flags of delivery for a dispatcher with eight slots, all of which one
+/// endpoint may take, then `more`.
+fn eight_slots(more: &[&str]) -> Vec<String> {
+    ["--dispatcher-concurrency", "8", "--dispatcher-endpoint-concurrency", "8"]
+        .iter()
+        .chain(more)
+        .map(|flag| (*flag).to_owned())
+        .collect()
+}
+
 fn succeeded(request: &RecordedRequest) -> bool {
     (200..300).contains(&request.answered)
 }
@@ -269,9 +279,7 @@ async fn one_developers_backlog_does_not_hold_up_another() {
     const BACKLOG: usize = 600;
     let options = ApiOptions {
         extra_args: ["--fair-share-per-second", "10", "--fair-share-burst", "20"].map(String::from).to_vec(),
-        delivery_args: ["--dispatcher-concurrency", "8", "--dispatcher-endpoint-concurrency", "8"]
-            .map(String::from)
-            .to_vec(),
+        delivery_args: eight_slots(&[]),
         ..ApiOptions::default()
     };
     let api = TestApi::start_with(options).await.unwrap();
@@ -321,16 +329,7 @@ async fn a_hanging_endpoint_holds_few_slots_and_the_others_go_on() {
     let options = ApiOptions {
         delivery_timeout: "25s".into(),
         // Stopping does not wait for the hung attempts.
-        delivery_args: [
-            "--dispatcher-concurrency",
-            "8",
-            "--dispatcher-endpoint-concurrency",
-            "8",
-            "--shutdown-timeout",
-            "1s",
-        ]
-        .map(String::from)
-        .to_vec(),
+        delivery_args: eight_slots(&["--shutdown-timeout", "1s"]),
         ..ApiOptions::default()
     };
     let api = TestApi::start_with(options).await.unwrap();

@@ -104,6 +104,7 @@ pub fn changes(records: &[AttemptRecord]) -> Vec<HealthChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{model::DeliveryLog, store::DeliveryState};
 
     #[test]
     fn a_success_within_the_precision_of_the_last_one_written_is_not_sent_again() {
@@ -119,7 +120,6 @@ mod tests {
         written.failed("wep_a");
         assert!(written.must_write("wep_a", at + ms(10)), "a failure since: the next success ends the streak");
     }
-    use crate::{model::DeliveryLog, store::DeliveryState};
 
     fn record(endpoint: &str, second: i64, status: i32) -> AttemptRecord {
         AttemptRecord {
