@@ -97,11 +97,12 @@ impl Sweeper {
             match self.store.sweep_stranded(self.interval, BATCH, SWEEP_LIMIT).await {
                 Ok(swept) => {
                     total.queued += swept.queued;
+                    total.returned += swept.returned;
                     total.failed += swept.failed;
-                    if swept.queued > 0 {
+                    if swept.queued + swept.returned > 0 {
                         self.relay_wake.notify_one();
                     }
-                    if swept.queued + swept.failed < u64::try_from(BATCH).unwrap_or(u64::MAX) {
+                    if swept.queued + swept.returned + swept.failed < u64::try_from(BATCH).unwrap_or(u64::MAX) {
                         break;
                     }
                 }
@@ -113,6 +114,9 @@ impl Sweeper {
         }
         if total.queued > 0 {
             tracing::warn!(queued = total.queued, "stranded deliveries queued again");
+        }
+        if total.returned > 0 {
+            tracing::info!(returned = total.returned, "deliveries set aside behind hanging endpoints queued again");
         }
         if total.failed > 0 {
             tracing::error!(failed = total.failed, "deliveries queued again {SWEEP_LIMIT} times in vain; failed");

@@ -149,7 +149,11 @@ async fn context(
         parked: parked::ParkedWrites::spawn(store.clone(), writers),
         store,
         metrics,
-        slots: slots::Slots::new(delivery.dispatcher_endpoint_concurrency, delivery.endpoint_slot_wait),
+        slots: slots::Slots::new(
+            delivery.dispatcher_endpoint_concurrency,
+            delivery.endpoint_slot_wait,
+            common.delivery_timeout,
+        ),
     }))
 }
 

@@ -12,9 +12,15 @@
 //! A message that finds its endpoint full waits for a slot only while one
 //! is expected within `ENDPOINT_SLOT_WAIT`, judged by the endpoint's recent
 //! attempt durations and the messages already waiting, and only if a slot
-//! was freed within the last such wait; otherwise, or once a wait went by in
-//! vain, the caller parks it. A hanging endpoint's backlog
-//! therefore waits in the retry queues, not in the dispatcher's slots.
+//! was freed within the last such wait. Otherwise the caller puts it back:
+//! in a retry queue when slots free at a known pace, just not in time
+//! ([`Full::Busy`]), and also when the endpoint frees none in time but
+//! answered a success within the last `DELIVERY_TIMEOUT` (it is slow, not
+//! hung); set aside in the store when it frees none (nothing freed for a
+//! whole wait, or a wait went by in vain) and has not succeeded for that
+//! long ([`Full::Hung`]), until its next success or a due time that grows
+//! the longer it hangs. A hanging endpoint's backlog therefore waits outside
+//! the dispatcher's slots, and outside the broker.
 
 use std::{
     collections::HashMap,
@@ -36,6 +42,17 @@ const DURATION_WEIGHT: f64 = 0.25;
 
 /// Endpoints remembered before the idle ones are forgotten.
 const REMEMBERED: usize = 10_000;
+
+/// Why a message found no slot at its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// Slots free at a known pace, not in time for this message.
+    Busy,
+    /// The endpoint frees no slots: it has hung for `since` (from the first
+    /// such verdict after its last success). `recoveries`: see
+    /// [`Slots::recovered_since`].
+    Hung { since: Duration, recoveries: u64 },
+}
 
 /// What an attempt's outcome says about the endpoint's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +82,8 @@ impl Signal {
 pub struct Slots {
     ceiling: usize,
     wait: Duration,
+    /// An endpoint that answered a success within this long is not hung.
+    answered_within: Duration,
     endpoints: Mutex<Endpoints>,
 }
 
@@ -90,6 +109,12 @@ struct State {
     /// When the limit was last halved.
     lowered_at: Option<Instant>,
     saturated_until: Option<Instant>,
+    /// When the endpoint was first found hung since its last success.
+    hung_since: Option<Instant>,
+    /// When it last answered a success.
+    succeeded_at: Option<Instant>,
+    /// How often a success followed a hang.
+    recoveries: u64,
     /// When a slot was last freed, or the endpoint last went from idle to
     /// busy: a full endpoint that freed nothing for a whole wait has
     /// attempts that hang, and frees nothing in time for a waiting message.
@@ -118,6 +143,25 @@ impl Endpoint {
     }
 }
 
+impl State {
+    /// The endpoint freed nothing in time: its messages are put back at
+    /// once for a while.
+    fn saturate(&mut self, now: Instant, answered_within: Duration) -> Full {
+        self.saturated_until = Some(now + SATURATED_FOR);
+        self.verdict(now, answered_within)
+    }
+
+    /// Full and freeing nothing in time: slow if it succeeded lately, else
+    /// hung.
+    fn verdict(&mut self, now: Instant, answered_within: Duration) -> Full {
+        if self.succeeded_at.is_some_and(|at| now.duration_since(at) < answered_within) {
+            return Full::Busy;
+        }
+        let since = now.duration_since(*self.hung_since.get_or_insert(now));
+        Full::Hung { since, recoveries: self.recoveries }
+    }
+}
+
 /// A message counted among an endpoint's waiting ones, until dropped (also
 /// when its handler is dropped mid-wait).
 struct Waiter<'a>(&'a Arc<Endpoint>);
@@ -143,14 +187,20 @@ impl Slot {
     }
 
     /// Adjusts the endpoint's limit by the outcome of the attempt made in
-    /// this slot.
-    pub fn report(&self, signal: Signal) {
+    /// this slot. True for the first success after the endpoint was found
+    /// hung: what was set aside behind it may go again.
+    pub fn report(&self, signal: Signal) -> bool {
         let mut state = self.endpoint.state();
         let secs = self.started.elapsed().as_secs_f64();
         state.mean_secs = Some(match state.mean_secs {
             Some(mean) => mean + DURATION_WEIGHT * (secs - mean),
             None => secs,
         });
+        let recovered = signal == Signal::Success && state.hung_since.take().is_some();
+        if signal == Signal::Success {
+            state.succeeded_at = Some(Instant::now());
+        }
+        state.recoveries += u64::from(recovered);
         match signal {
             Signal::Success if state.limit < self.endpoint.ceiling => {
                 state.limit += 1;
@@ -163,6 +213,7 @@ impl Slot {
             }
             Signal::Success | Signal::Overload | Signal::Neither => {}
         }
+        recovered
     }
 }
 
@@ -178,11 +229,12 @@ impl Drop for Slot {
 
 impl Slots {
     /// `ceiling`: `DISPATCHER_ENDPOINT_CONCURRENCY`; `wait`:
-    /// `ENDPOINT_SLOT_WAIT`.
-    pub fn new(ceiling: usize, wait: Duration) -> Slots {
+    /// `ENDPOINT_SLOT_WAIT`; `answered_within`: `DELIVERY_TIMEOUT`.
+    pub fn new(ceiling: usize, wait: Duration, answered_within: Duration) -> Slots {
         Slots {
             ceiling: ceiling.max(1),
             wait,
+            answered_within,
             endpoints: Mutex::new(Endpoints { all: HashMap::new(), prune_at: REMEMBERED }),
         }
     }
@@ -195,13 +247,15 @@ impl Slots {
         }
         if endpoints.all.len() > endpoints.prune_at {
             // Forget endpoints with nothing under way and nothing learned
-            // that matters: a throttled or saturated one keeps its state.
+            // that matters: a throttled, saturated or hung one keeps its
+            // state.
             let now = Instant::now();
             endpoints.all.retain(|_, endpoint| {
                 let state = endpoint.state();
                 Arc::strong_count(endpoint) > 1
                     || state.limit < FIRST_LIMIT
                     || state.saturated_until.is_some_and(|until| until > now)
+                    || state.hung_since.is_some()
             });
             endpoints.prune_at = (endpoints.all.len() * 2).max(REMEMBERED);
         }
@@ -217,6 +271,9 @@ impl Slots {
                         waiting: 0,
                         lowered_at: None,
                         saturated_until: None,
+                        hung_since: None,
+                        succeeded_at: None,
+                        recoveries: 0,
                         progress_at: Instant::now(),
                         mean_secs: None,
                     }),
@@ -226,40 +283,36 @@ impl Slots {
             .clone()
     }
 
-    /// A slot at the endpoint, or `None` when the message is better parked:
-    /// the endpoint is full and not expected to free a slot in time.
-    pub async fn take(&self, endpoint_id: &str) -> Option<Slot> {
+    /// A slot at the endpoint, or why the message is better put back: the
+    /// endpoint is full and not expected to free a slot in time.
+    pub async fn take(&self, endpoint_id: &str) -> Result<Slot, Full> {
         let endpoint = self.endpoint(endpoint_id);
         if let Some(slot) = endpoint.try_take(false) {
-            return Some(slot);
+            return Ok(slot);
         }
         {
             let mut state = endpoint.state();
             let now = Instant::now();
             if state.saturated_until.is_some_and(|until| until > now) {
-                return None;
+                return Err(state.verdict(now, self.answered_within));
             }
             // Nothing freed for a whole wait (the first attempts of an
             // endpoint that hangs, before any of them has ended).
             if now.duration_since(state.progress_at) > self.wait {
-                state.saturated_until = Some(now + SATURATED_FOR);
-                return None;
+                return Err(state.saturate(now, self.answered_within));
             }
             // Slots free at about `limit / mean` a second; this message
             // comes after the ones already waiting.
             let expected = state.mean_secs.map(|mean| mean * (state.waiting + 1) as f64 / state.limit as f64);
             if expected.is_some_and(|secs| secs > self.wait.as_secs_f64()) {
-                return None;
+                return Err(Full::Busy);
             }
             state.waiting += 1;
         }
         let waiter = Waiter(&endpoint);
         let slot = self.wait_for(&endpoint).await;
         drop(waiter);
-        if slot.is_none() {
-            endpoint.state().saturated_until = Some(Instant::now() + SATURATED_FOR);
-        }
-        slot
+        slot.ok_or_else(|| endpoint.state().saturate(Instant::now(), self.answered_within))
     }
 
     async fn wait_for(&self, endpoint: &Arc<Endpoint>) -> Option<Slot> {
@@ -275,6 +328,13 @@ impl Slots {
         }
     }
 
+    /// Whether the endpoint succeeded after a hang since a verdict that
+    /// counted `recoveries`: a message set aside by that verdict whose write
+    /// ended after that success's release is released by its own handler.
+    pub fn recovered_since(&self, endpoint_id: &str, recoveries: u64) -> bool {
+        self.endpoint(endpoint_id).state().recoveries != recoveries
+    }
+
     /// The endpoint's current limit.
     #[cfg(test)]
     fn limit(&self, endpoint_id: &str) -> usize {
@@ -286,6 +346,9 @@ impl Slots {
 mod tests {
     use super::*;
 
+    /// `DELIVERY_TIMEOUT`.
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
     fn limit_after(slots: &Slots, signals: &[Signal]) -> usize {
         for signal in signals {
             let slot = slots.endpoint("e").try_take(false).expect("a free slot");
@@ -296,16 +359,16 @@ mod tests {
 
     #[test]
     fn successes_raise_the_limit_up_to_the_ceiling() {
-        let slots = Slots::new(6, Duration::from_secs(1));
+        let slots = Slots::new(6, Duration::from_secs(1), TIMEOUT);
         assert_eq!(slots.limit("e"), FIRST_LIMIT);
         assert_eq!(limit_after(&slots, &[Signal::Success]), FIRST_LIMIT + 1);
         assert_eq!(limit_after(&slots, &[Signal::Success; 10]), 6);
-        assert_eq!(Slots::new(2, Duration::from_secs(1)).limit("e"), 2, "never above the ceiling");
+        assert_eq!(Slots::new(2, Duration::from_secs(1), TIMEOUT).limit("e"), 2, "never above the ceiling");
     }
 
     #[test]
     fn overload_halves_the_limit_once_per_burst() {
-        let slots = Slots::new(32, Duration::from_secs(1));
+        let slots = Slots::new(32, Duration::from_secs(1), TIMEOUT);
         limit_after(&slots, &[Signal::Success; 28]);
         assert_eq!(slots.limit("e"), 32);
         // Four attempts under way when the endpoint starts to time out.
@@ -338,7 +401,7 @@ mod tests {
     async fn waiting_message(slots: &Arc<Slots>) -> tokio::task::JoinHandle<bool> {
         let waiter = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.take("e").await.is_some() }
+            async move { slots.take("e").await.is_ok() }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         waiter
@@ -346,7 +409,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_waiting_message_not_a_newcomer() {
-        let slots = Arc::new(Slots::new(1, Duration::from_secs(1)));
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT));
         let held = slots.take("e").await.expect("the first slot");
         let waiter = waiting_message(&slots).await;
         drop(held);
@@ -357,7 +420,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_dropped_while_waiting_is_no_longer_counted() {
-        let slots = Arc::new(Slots::new(1, Duration::from_secs(1)));
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT));
         let _held = slots.take("e").await.unwrap();
         let waiter = waiting_message(&slots).await;
         assert_eq!(slots.endpoint("e").state().waiting, 1);
@@ -368,7 +431,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_does_not_wait_for_a_slot_that_will_not_come_in_time() {
-        let slots = Slots::new(1, Duration::from_secs(1));
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
         // The endpoint's attempts take ten seconds (it hangs to the timeout).
         let slot = slots.take("e").await.unwrap();
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -376,13 +439,13 @@ mod tests {
         drop(slot);
         let _held = slots.take("e").await.unwrap();
         let started = Instant::now();
-        assert!(slots.take("e").await.is_none());
+        assert_eq!(slots.take("e").await.err(), Some(Full::Busy), "slots free, slowly");
         assert_eq!(started.elapsed(), Duration::ZERO, "parked at once, not after a wait");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_endpoint_that_freed_nothing_for_a_wait_parks_at_once() {
-        let slots = Slots::new(1, Duration::from_secs(1));
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
         // Idle for long, then busy: its first attempt may still free a slot.
         tokio::time::sleep(Duration::from_secs(60)).await;
         let held = slots.take("e").await.unwrap();
@@ -396,19 +459,50 @@ mod tests {
         // message is parked at once rather than wait a second in vain.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let started = Instant::now();
-        assert!(slots.take("e").await.is_none());
+        assert_eq!(slots.take("e").await.err(), Some(Full::Hung { since: Duration::ZERO, recoveries: 0 }));
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_in_vain_marks_the_endpoint_saturated() {
-        let slots = Slots::new(1, Duration::from_secs(1));
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
         let _held = slots.take("e").await.unwrap();
         let started = Instant::now();
-        assert!(slots.take("e").await.is_none());
+        assert_eq!(slots.take("e").await.err(), Some(Full::Hung { since: Duration::ZERO, recoveries: 0 }));
         assert_eq!(started.elapsed(), Duration::from_secs(1), "it waited for a slot first");
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let again = Instant::now();
-        assert!(slots.take("e").await.is_none());
-        assert_eq!(again.elapsed(), Duration::ZERO, "then parked at once while saturated");
+        let hung_for = Duration::from_secs(2);
+        let hung = Full::Hung { since: hung_for, recoveries: 0 };
+        assert_eq!(slots.take("e").await.err(), Some(hung), "hung since the first verdict");
+        assert_eq!(again.elapsed(), Duration::ZERO, "then put back at once while saturated");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_endpoint_that_answered_lately_is_slow_not_hung() {
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let held = slots.take("e").await.unwrap();
+        held.report(Signal::Success);
+        // Its next attempt takes long; nothing is freed for a whole wait.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(slots.take("e").await.err(), Some(Full::Busy), "it answered 1.5 s ago");
+        tokio::time::sleep(TIMEOUT).await;
+        assert!(matches!(slots.take("e").await, Err(Full::Hung { .. })), "no success for a delivery timeout");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_success_after_a_hang_says_the_endpoint_recovered() {
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let held = slots.take("e").await.unwrap();
+        let Err(Full::Hung { recoveries, .. }) = slots.take("e").await else { panic!("not hung") };
+        assert!(!held.report(Signal::Overload), "still hung");
+        assert!(!slots.recovered_since("e", recoveries));
+        assert!(held.report(Signal::Success), "recovered: release what was set aside");
+        assert!(slots.recovered_since("e", recoveries), "a message set aside before may have missed the release");
+        assert!(!held.report(Signal::Success), "once");
+        drop(held);
+        // Never hung: a success says nothing more.
+        let other = slots.take("f").await.unwrap();
+        assert!(!other.report(Signal::Success));
     }
 }

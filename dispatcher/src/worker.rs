@@ -24,7 +24,7 @@ use crate::{
     deliver,
     metrics::Metrics,
     recorder::Recorder,
-    slots::Signal,
+    slots::{Full, Signal},
     source::Ticket,
 };
 
@@ -125,8 +125,18 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         }
     }
 
-    let Some(slot) = context.slots.take(&endpoint.id).await else {
-        return defer(context, ticket, &message, "deferred").await;
+    let slot = match context.slots.take(&endpoint.id).await {
+        Ok(slot) => slot,
+        Err(Full::Busy) => return defer(context, ticket, &message, "deferred").await,
+        Err(Full::Hung { since, recoveries }) => {
+            set_aside(context, ticket, &message, since).await;
+            // The endpoint answered while this was written: the release of
+            // that success may have run before the write.
+            if context.slots.recovered_since(&endpoint.id, recoveries) {
+                release_set_aside(context, &endpoint.id).await;
+            }
+            return;
+        }
     };
 
     // The pace after the slot: a ticket taken is a start used, not a hole
@@ -157,8 +167,11 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
-    slot.report(Signal::of(attempt.succeeded(), attempt.status, attempt.error));
+    let recovered = slot.report(Signal::of(attempt.succeeded(), attempt.status, attempt.error));
     drop(slot);
+    if recovered {
+        release_set_aside(context, &endpoint.id).await;
+    }
     if endpoint.rate_limit_per_second.is_some() && matches!(attempt.status, Some(429 | 503)) {
         let paused_until = attempt
             .retry_after
@@ -327,6 +340,44 @@ async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, out
     let delay = park_delay(context.common.retry_schedule.delays(), message.parks);
     let parked = DeliveryMessage { parks: message.parks.saturating_add(1), ..message.clone() };
     ticket.defer(context, &parked, delay, outcome).await;
+}
+
+/// Its endpoint frees no slots (it has hung for `hung_for`): the message is
+/// set aside for as long as the endpoint has hung so far, at least a park's
+/// delay and at most [`PARK_AT_MOST`], so a long-hung endpoint's backlog is
+/// looked at less and less often; the endpoint's next success brings it
+/// back sooner.
+async fn set_aside(context: &Context, ticket: Ticket, message: &DeliveryMessage, hung_for: Duration) {
+    let delay = park_delay(context.common.retry_schedule.delays(), message.parks).max(hung_for.min(PARK_AT_MOST));
+    let parked = DeliveryMessage { parks: message.parks.saturating_add(1), ..message.clone() };
+    ticket.set_aside(context, &parked, delay).await;
+}
+
+/// Deliveries released per statement when an endpoint recovers.
+const RELEASE_BATCH: i64 = 1000;
+
+/// The endpoint answered after it was found hung: queue again what this
+/// dispatcher set aside behind it (and any other's). Should this fail, the
+/// sweeper queues them once due.
+async fn release_set_aside(context: &Context, endpoint_id: &str) {
+    let mut released = 0;
+    loop {
+        match context.store.release_set_aside(endpoint_id, RELEASE_BATCH).await {
+            Ok(n) => {
+                released += n;
+                if n < RELEASE_BATCH.unsigned_abs() {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot release the deliveries set aside; the sweeper will");
+                break;
+            }
+        }
+    }
+    if released > 0 {
+        tracing::info!(released, "endpoint answers again; deliveries set aside behind it queued again");
+    }
 }
 
 /// The longest a parked message waits: a saturated endpoint's backlog is

@@ -360,6 +360,57 @@ async fn a_hanging_endpoint_holds_few_slots_and_the_others_go_on() {
     api.shutdown().await.unwrap();
 }
 
+/// A hung endpoint's backlog waits aside (in the distributed mode in the
+/// store, with no broker message behind it; in standalone mode, due later
+/// in the deliveries table), stays listed as upcoming, and all goes out once
+/// the endpoint answers again. The sweep interval is far longer than the
+/// test: in the distributed mode the endpoint's first success releases what
+/// was set aside, not the sweeper.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_endpoints_backlog_waits_aside_and_goes_once_it_answers() {
+    const EVENTS: usize = 30;
+    let options = ApiOptions {
+        delivery_timeout: "2s".into(),
+        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s".into()),
+        extra_args: vec!["--sweep-interval".into(), "10m".into()],
+        delivery_args: eight_slots(&["--shutdown-timeout", "1s"]),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let developer = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = active_endpoint(&api, &developer, &receiver.url()).await;
+    // Registered while it answered; from now on it hangs.
+    receiver.reply_always(Reply::hang());
+
+    let mut events: Vec<String> =
+        ingest_many(&api, developer.developer_id(), "transfer", EVENTS, 4).await.iter().map(event_id).collect();
+    let aside = eventually("the backlog set aside", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        let aside = sample(&text, r#"webhooks_dispatcher_deliveries_total{outcome="set_aside"}"#).unwrap_or(0.0);
+        if aside >= (EVENTS - 4) as f64 { Ok(aside) } else { Err(format!("{aside} set aside")) }
+    })
+    .await;
+    let tried = receiver.count();
+    assert!(tried <= 4, "{tried} attempts at once to an endpoint that never answered ({aside} set aside)");
+    let mut upcoming = upcoming_ids(&api, &developer, &webhook).await;
+    upcoming.sort_unstable();
+    events.sort_unstable();
+    assert_eq!(upcoming, events, "every event of the hung endpoint is still upcoming");
+
+    // The endpoint answers again (the attempts under way still hang to the
+    // timeout); their retries, a new event and, in standalone mode, a
+    // delivery come due find it answering.
+    receiver.reply_always(Reply::ok());
+    events.push(event_id(&ingest(&api, developer.developer_id(), "transfer", EVENTS).await));
+    wait_for_events(&receiver, &events, WAIT).await;
+    wait_upcoming(&api, &developer, &webhook, &events[0], false).await;
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
 /// The order holds when processes die mid-delivery: dispatchers (or the
 /// standalone process) are killed with SIGKILL and replaced while an ordered
 /// endpoint's events go out, every third failing its first attempt.

@@ -149,7 +149,10 @@ async fn a_backlog_behind_a_saturated_endpoint_is_not_swept() {
     // One attempt at a time to an endpoint that takes 2 s per event: twelve
     // events take half a minute, and the waiting ones are parked again and
     // again meanwhile, for longer than two sweep intervals. A parked delivery
-    // is owed later, not stranded: nothing is swept, nothing sent twice.
+    // is owed later, not stranded: nothing is swept, nothing sent twice. (The
+    // endpoint answers a first event before: one that has not answered yet
+    // when it fills up counts as hung, and its backlog is set aside instead,
+    // see scheduler.rs.)
     let mut options = options("1s", true);
     options.delivery_args =
         ["--dispatcher-endpoint-concurrency", "1", "--endpoint-slot-wait", "100ms"].map(String::from).to_vec();
@@ -159,11 +162,13 @@ async fn a_backlog_behind_a_saturated_endpoint_is_not_swept() {
     let receiver = api.receiver().await;
     receiver.reply_always(Reply::ok().after(Duration::from_secs(2)));
     let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    ingest(&api, key.developer_id(), "transfer", 12).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
     let events = ingest_many(&api, key.developer_id(), "transfer", 12, 4).await;
     let ids: Vec<String> = events.iter().map(event_id).collect();
 
     wait_for_events(&receiver, &ids, SWEPT_WITHIN).await;
-    assert_eq!(receiver.count(), 12, "{:?}", received_ids(&receiver));
+    assert_eq!(receiver.count(), 13, "{:?}", received_ids(&receiver));
     let pool = api.store.postgres().unwrap().pool();
     let generations: Vec<i32> =
         sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(pool).await.unwrap();
@@ -354,6 +359,53 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
     );
     // `send` still delivers one.
     assert_sent(&send(&api, &key, &endpoint, &event_id(&events[0])).await);
+
+    api.shutdown().await.unwrap();
+}
+
+/// A delivery set aside behind a hung endpoint (no message carries it) is
+/// queued again as soon as it is due, without the margin stranded ones wait,
+/// and doing so never counts towards the sweep limit: a backlog behind an
+/// endpoint hung for hours is not failed for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it() {
+    let api = TestApi::start_with(options("1s", false)).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    active_endpoint(&api, &key, &receiver.url()).await;
+    ingest(&api, key.developer_id(), "transfer", 1).await;
+    let store = api.store.postgres().unwrap();
+    let pool = store.pool();
+    eventually("the first attempt is published", WAIT, async || {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await.unwrap();
+        if rows == 0 { Ok(()) } else { Err(format!("{rows} outbox rows")) }
+    })
+    .await;
+    let state = async || -> (i32, i32, bool) {
+        sqlx::query_as("SELECT generation, sweeps, set_aside FROM deliveries").fetch_one(pool).await.unwrap()
+    };
+
+    // Due a second ago, already swept as often as the limit allows.
+    sqlx::query("UPDATE deliveries SET set_aside = true, sweeps = 5, next_attempt_at = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let margin = Duration::from_secs(600);
+    let swept = store.sweep_stranded(margin, 100, 5).await.unwrap();
+    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 1, 0));
+    assert_eq!(state().await, (1, 5, false), "a new generation, the sweeps as they were");
+    let queued: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE generation = 1").fetch_one(pool).await.unwrap();
+    assert_eq!(queued, 1, "a message of the new generation is on its way");
+
+    // The same delivery, not set aside: stranded only past the margin, and
+    // failed at the limit.
+    sqlx::query("DELETE FROM outbox").execute(pool).await.unwrap();
+    sqlx::query("UPDATE deliveries SET next_attempt_at = now() - interval '1 second'").execute(pool).await.unwrap();
+    let swept = store.sweep_stranded(margin, 100, 5).await.unwrap();
+    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "within the margin");
+    let swept = store.sweep_stranded(Duration::ZERO, 100, 5).await.unwrap();
+    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 1), "at the limit");
 
     api.shutdown().await.unwrap();
 }

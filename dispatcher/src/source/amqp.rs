@@ -79,7 +79,12 @@ impl AmqpTicket {
         match publish_retry(&self.session, message, delay).await {
             Ok(()) => {
                 let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-                let parked = Parked { delivery_id: message.delivery_id, generation: message.generation, until };
+                let parked = Parked {
+                    delivery_id: message.delivery_id,
+                    generation: message.generation,
+                    until,
+                    set_aside: false,
+                };
                 context.parked.write(parked).await;
                 context.metrics.outcome(outcome);
                 self.ack();
@@ -89,6 +94,20 @@ impl AmqpTicket {
                 Ticket::Amqp(self).requeue(context).await;
             }
         }
+    }
+
+    /// Sets the message's delivery aside in the store until `delay` from
+    /// now (its endpoint hangs), then acks: nothing carries it until the
+    /// endpoint's next success releases it, or the sweeper finds it due.
+    /// When that cannot be written, it is parked in a retry queue instead.
+    pub(super) async fn set_aside(self, context: &Context, message: &DeliveryMessage, delay: Duration) {
+        let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+        let aside = Parked { delivery_id: message.delivery_id, generation: message.generation, until, set_aside: true };
+        if context.parked.write(aside).await {
+            context.metrics.outcome("set_aside");
+            return self.ack();
+        }
+        self.defer(context, message, delay, "deferred").await;
     }
 
     /// Rejects the message, which the work queue dead-letters to `{p}.dead`.

@@ -101,6 +101,18 @@ impl Ticket {
         }
     }
 
+    /// Puts the message back for `delay` behind an endpoint that hangs: on
+    /// RabbitMQ its delivery waits in the store, with no message, until the
+    /// endpoint answers again or the delay is over (see
+    /// [`shared::store::Store::release_set_aside`]); the embedded queue is
+    /// the store, so there it is a [`Ticket::defer`].
+    pub async fn set_aside(self, context: &Context, message: &DeliveryMessage, delay: Duration) {
+        match self {
+            Ticket::Amqp(ticket) => ticket.set_aside(context, message, delay).await,
+            Ticket::Embedded(ticket) => ticket.defer(context, message, delay, "set_aside").await,
+        }
+    }
+
     /// Gives up on a message that could not be processed `PARK_LIMIT` times:
     /// RabbitMQ dead-letters it to `{p}.dead` (the delivery stays owed, and
     /// the sweeper queues it again later); the embedded queue records the

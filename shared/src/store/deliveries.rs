@@ -88,6 +88,11 @@ pub struct Parked {
     pub delivery_id: i64,
     pub generation: Option<i32>,
     pub until: chrono::DateTime<chrono::Utc>,
+    /// No message waits for it: it was acked, and the delivery waits in the
+    /// store behind its hanging endpoint until released or due (see
+    /// [`crate::store::Store::release_set_aside`]). False when a retry queue
+    /// holds its message.
+    pub set_aside: bool,
 }
 
 /// Whether attempt `attempt` of `delivery_id`, in `generation` (unknown:

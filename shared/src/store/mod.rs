@@ -415,9 +415,23 @@ impl Store {
     }
 
     /// [`Store::defer`] for several deliveries parked by the broker's retry
-    /// queues, in one statement: their due times move, nothing else.
+    /// queues, or set aside with no message at all (`Parked::set_aside`), in
+    /// one statement: their due times move, and whether they are set aside.
+    /// In standalone mode the deliveries table is the queue, so nothing is
+    /// ever set aside there.
     pub async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
         each_backend!(self, s => s.defer_parked(parked).await)
+    }
+
+    /// Queues again up to `batch` deliveries of `endpoint_id` set aside
+    /// behind it, in event order, each under a new generation (as a sweep
+    /// does): the endpoint answered again. Returns how many. Nothing is ever
+    /// set aside in standalone mode.
+    pub async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
+        match self {
+            Store::Postgres(s) => s.release_set_aside(endpoint_id, batch).await,
+            Store::Sqlite(_) => Ok(0),
+        }
     }
 
     /// Whether delivery `delivery_id` (at `generation`) of the ordered

@@ -51,7 +51,8 @@
 //!    dispatcher, alone, then beside as many deliveries for a developer with
 //!    as many endpoints that hang until `DELIVERY_TIMEOUT` (10 s): healthy
 //!    deliveries/s each time and their ratio, how often the hanging
-//!    endpoints' messages were parked, and the attempts they got;
+//!    endpoints' messages were parked in a retry queue or set aside in the
+//!    store, and the attempts they got;
 //! 7. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
 //!    end with the bench's producer to the in-process receiver and with wrk to
 //!    nginx (CPU: the one process and nginx), and the latency to each.
@@ -664,9 +665,12 @@ async fn fairness(
 struct Isolation {
     alone_per_s: f64,
     beside_hanging_per_s: f64,
-    /// Messages for the hanging endpoints parked (deferred) during the run,
-    /// per such message.
+    /// Messages for the hanging endpoints parked (deferred) in a retry queue
+    /// during the run, per such message.
     parks_each: f64,
+    /// Messages for the hanging endpoints set aside in the store, per such
+    /// message.
+    aside_each: f64,
     /// Attempts the hanging endpoints received (each hung to the timeout).
     hanging_attempts: usize,
 }
@@ -691,7 +695,7 @@ async fn isolation(
 ) -> anyhow::Result<Isolation> {
     let events = (bench.events / healthy.endpoints).max(1);
     let deliveries = events * healthy.endpoints;
-    let run = async |beside: bool| -> anyhow::Result<(f64, f64)> {
+    let run = async |beside: bool| -> anyhow::Result<(f64, f64, f64)> {
         let base = healthy.arrivals.count();
         let others = async {
             match beside {
@@ -711,24 +715,27 @@ async fn isolation(
         wait_count(healthy.arrivals, base + deliveries, Duration::from_secs(600)).await?;
         let per_s = (base + deliveries).saturating_sub(n0) as f64 / t0.elapsed().as_secs_f64();
         let parked = dispatcher_outcome(system.client, port, "deferred").await?;
+        let aside = dispatcher_outcome(system.client, port, "set_aside").await?;
         stop(child).await;
-        Ok((per_s, parked))
+        Ok((per_s, parked, aside))
     };
-    let (alone_per_s, _) = run(false).await?;
-    let (beside_hanging_per_s, parked) = run(true).await?;
+    let (alone_per_s, _, _) = run(false).await?;
+    let (beside_hanging_per_s, parked, aside) = run(true).await?;
     let isolation = Isolation {
         alone_per_s,
         beside_hanging_per_s,
         parks_each: parked / deliveries as f64,
+        aside_each: aside / deliveries as f64,
         hanging_attempts: hanging.count(),
     };
     out(&format!(
-        "isolation: {} healthy endpoints, {deliveries} deliveries: {alone_per_s:.0}/s alone, {beside_hanging_per_s:.0}/s beside {} hanging ones ({:.2} of alone); hanging endpoints got {} attempts, their messages were parked {:.2} times each",
+        "isolation: {} healthy endpoints, {deliveries} deliveries: {alone_per_s:.0}/s alone, {beside_hanging_per_s:.0}/s beside {} hanging ones ({:.2} of alone); hanging endpoints got {} attempts, their messages were parked {:.2} and set aside {:.2} times each",
         healthy.endpoints,
         healthy.endpoints,
         beside_hanging_per_s / alone_per_s,
         isolation.hanging_attempts,
-        isolation.parks_each
+        isolation.parks_each,
+        isolation.aside_each
     ));
     Ok(isolation)
 }
@@ -1256,6 +1263,7 @@ async fn main() -> anyhow::Result<()> {
         bench.row(format!("    beside {endpoints} hanging endpoints"), bench.rate(isolated.beside_hanging_per_s), "");
         bench.row_with_goal("    kept", format!("{kept:.2}"), String::new(), goal(">= 0.90", kept, |v| v >= 0.9));
         bench.row("    parks per hanging delivery", format!("{:.2}", isolated.parks_each), "");
+        bench.row("    set aside per hanging delivery", format!("{:.2}", isolated.aside_each), "");
         bench.row("    attempts the hanging endpoints got", isolated.hanging_attempts.to_string(), "");
     }
 

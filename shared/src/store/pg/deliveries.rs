@@ -51,7 +51,7 @@ const RECORD: &str = "
                last_attempt = coalesce(u.attempt, d.last_attempt),
                last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
                                               ELSE d.generation END,
-               sweeps = 0, updated_at = now()
+               sweeps = 0, set_aside = false, updated_at = now()
           FROM unnest($11::int8[], $12::text[], $13::timestamptz[], $14::int4[], $15::int4[])
                AS u(id, state, next_attempt_at, attempt, generation)
          WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
@@ -148,22 +148,27 @@ impl PgStore {
         _parks: Option<(u32, u32)>,
         _pace_ticket: Option<i64>,
     ) -> StoreResult<()> {
-        self.defer_parked(&[Parked { delivery_id, generation, until }]).await
+        self.defer_parked(&[Parked { delivery_id, generation, until, set_aside: false }]).await
     }
 
     pub(in crate::store) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
         let ids: Vec<i64> = parked.iter().map(|p| p.delivery_id).collect();
         let generations: Vec<Option<i32>> = parked.iter().map(|p| p.generation).collect();
         let untils: Vec<DateTime<Utc>> = parked.iter().map(|p| p.until).collect();
+        let set_aside: Vec<bool> = parked.iter().map(|p| p.set_aside).collect();
+        // A set-aside delivery was seen by a dispatcher: the sweeps that
+        // found it stranded before count no more.
         sqlx::query(
-            "UPDATE deliveries d SET next_attempt_at = u.until, updated_at = now()
-               FROM unnest($1::int8[], $2::int4[], $3::timestamptz[]) AS u(id, generation, until)
+            "UPDATE deliveries d SET next_attempt_at = u.until, set_aside = u.set_aside,
+                    sweeps = CASE WHEN u.set_aside THEN 0 ELSE d.sweeps END, updated_at = now()
+               FROM unnest($1::int8[], $2::int4[], $3::timestamptz[], $4::bool[]) AS u(id, generation, until, set_aside)
               WHERE d.id = u.id AND (u.generation IS NULL OR d.generation = u.generation)
                 AND d.state IN ('pending', 'retrying')",
         )
         .bind(ids)
         .bind(generations)
         .bind(untils)
+        .bind(set_aside)
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -275,7 +275,7 @@ impl PgStore {
             "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
              VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1))
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
-                SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
+                SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
                     generation = deliveries.generation + 1,
                     event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
              RETURNING id, generation",
@@ -334,7 +334,7 @@ impl PgStore {
                                               event_sequence)
                       SELECT id, $2, 'pending', created_at, now(), sequence FROM wanted
                       ON CONFLICT (endpoint_id, event_id) DO UPDATE
-                         SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0,
+                         SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
                              generation = deliveries.generation + 1,
                              event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
                        WHERE deliveries.state IN ('failed', 'held')

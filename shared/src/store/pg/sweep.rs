@@ -2,7 +2,9 @@
 //! `retrying`), due for longer than a margin, and that no outbox row names
 //! are queued again under a new generation, so whatever older message of
 //! theirs is still somewhere is dropped unsent when it comes back. See the
-//! README, "Nothing stranded, nothing looping".
+//! README, "Nothing stranded, nothing looping". Deliveries set aside behind
+//! a hanging endpoint are queued again the same way, by the sweeper once
+//! due, or by a dispatcher once the endpoint answers.
 
 use std::time::Duration;
 
@@ -12,8 +14,11 @@ use crate::store::StoreResult;
 /// What one sweep batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Swept {
-    /// Deliveries queued again.
+    /// Stranded deliveries queued again.
     pub queued: u64,
+    /// Deliveries set aside behind a hanging endpoint, queued again at their
+    /// due time (not stranded: nothing carried them on purpose).
+    pub returned: u64,
     /// Deliveries failed for having been queued again `limit` times without
     /// an attempt recorded in between.
     pub failed: u64,
@@ -23,25 +28,48 @@ pub struct Swept {
 const GAVE_UP: &str = "not sent: queued again repeatedly and never processed (see the dispatchers' logs); \
                        send or recover it once the cause is fixed";
 
-/// The owed deliveries due before `now() - $1`, with no outbox row, oldest
-/// first; `$3` selects by how often they were swept. Each comes with the
-/// attempt its next message makes: the one after the last recorded in its
-/// generation, else the first.
+/// The owed deliveries due before `now() - $1` (a set-aside one: due at
+/// all), with no outbox row, oldest first; `{sweeps}` selects by how often
+/// they were swept (`$3`). Each comes with the attempt its next message
+/// makes: the one after the last recorded in its generation, else the first.
 const OWED: &str = "
-    SELECT d.id, d.event_id, d.endpoint_id,
+    SELECT d.id, d.event_id, d.endpoint_id, d.set_aside,
            CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END AS attempt
       FROM deliveries d
-     WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now() - make_interval(secs => $1)
-       AND d.sweeps {sweeps} $3
+     WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now()
+       AND (d.set_aside OR d.next_attempt_at < now() - make_interval(secs => $1))
+       AND {sweeps}
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
      ORDER BY d.next_attempt_at LIMIT $2
        FOR UPDATE OF d SKIP LOCKED";
 
+/// Queues the deliveries of the CTE `due` (columns `id`, `set_aside`,
+/// `attempt`) again, each under a new generation, in the work queue that
+/// the parameter `{queue}` names;
+/// returns how many were set aside and how many in all. A sweep of a
+/// delivery that was not set aside counts towards the sweep limit.
+const REQUEUE: &str = "
+    swept AS (
+        UPDATE deliveries d
+           SET generation = d.generation + 1, sweeps = d.sweeps + (NOT due.set_aside)::int, set_aside = false,
+               -- The last attempt stays the last of the new generation, so
+               -- the next sweep numbers on.
+               last_attempt_generation = CASE WHEN d.last_attempt_generation = d.generation
+                                              THEN d.generation + 1
+                                              ELSE d.last_attempt_generation END,
+               next_attempt_at = now(), updated_at = now()
+          FROM due WHERE d.id = due.id
+        RETURNING d.id, d.generation, due.attempt, due.set_aside),
+    queued AS (
+        INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force, attempt)
+        SELECT '', {queue}, id, generation, false, attempt FROM swept)
+    SELECT count(*) FILTER (WHERE set_aside), count(*) FROM swept";
+
 impl PgStore {
-    /// Sweeps up to `batch` stranded deliveries: fails those swept `limit`
-    /// times already (with a log entry that says so) and queues the others
-    /// again. Rows are locked `SKIP LOCKED` and no longer qualify once swept,
-    /// so concurrent sweepers never queue one delivery twice.
+    /// Sweeps up to `batch` stranded or set-aside deliveries: fails those
+    /// swept `limit` times already (with a log entry that says so) and queues
+    /// the others again. Rows are locked `SKIP LOCKED` and no longer qualify
+    /// once swept, so concurrent sweepers never queue one delivery twice.
     pub async fn sweep_stranded(&self, older_than: Duration, batch: i64, limit: i32) -> StoreResult<Swept> {
         let margin = older_than.as_secs_f64();
         let mut tx = self.pool.begin().await?;
@@ -54,7 +82,7 @@ impl PgStore {
              INSERT INTO delivery_attempts
                     (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
              SELECT gen_random_uuid(), id, endpoint_id, event_id, attempt, NULL, NULL, $4, 0, now() FROM failed",
-            owed = OWED.replace("{sweeps}", ">=")
+            owed = OWED.replace("{sweeps}", "NOT d.set_aside AND d.sweeps >= $3")
         ))
         .bind(margin)
         .bind(batch)
@@ -63,31 +91,51 @@ impl PgStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let queued = sqlx::query(&format!(
-            "WITH due AS ({owed}),
-                  swept AS (
-                      UPDATE deliveries d
-                         SET generation = d.generation + 1, sweeps = d.sweeps + 1,
-                             -- The last attempt stays the last of the new
-                             -- generation, so the next sweep numbers on.
-                             last_attempt_generation = CASE WHEN d.last_attempt_generation = d.generation
-                                                            THEN d.generation + 1
-                                                            ELSE d.last_attempt_generation END,
-                             next_attempt_at = now(), updated_at = now()
-                        FROM due WHERE d.id = due.id
-                      RETURNING d.id, d.generation, due.attempt)
-             INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force, attempt)
-             SELECT '', $4, id, generation, false, attempt FROM swept",
-            owed = OWED.replace("{sweeps}", "<")
+        let (returned, queued): (i64, i64) = sqlx::query_as(&format!(
+            "WITH due AS ({owed}), {requeue}",
+            owed = OWED.replace("{sweeps}", "(d.set_aside OR d.sweeps < $3)"),
+            requeue = REQUEUE.replace("{queue}", "$4")
         ))
         .bind(margin)
         .bind(batch)
         .bind(limit)
         .bind(&self.bulk_queue)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .fetch_one(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(Swept { queued, failed })
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(Swept { queued: count(queued - returned), returned: count(returned), failed })
+    }
+
+    /// See [`crate::store::Store::release_set_aside`]: up to `batch` of
+    /// them, in one transaction that wakes the relay.
+    pub(in crate::store) async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        let (returned, _): (i64, i64) = sqlx::query_as(&format!(
+            "WITH due AS (
+                 SELECT d.id, d.set_aside,
+                        CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END
+                            AS attempt
+                   FROM deliveries d
+                  -- An outbox row of a set-aside delivery is that of the
+                  -- message it was set aside from, which the relay may not
+                  -- have deleted yet (it deletes after the broker confirms).
+                  WHERE d.endpoint_id = $1 AND d.set_aside AND d.state IN ('pending', 'retrying')
+                  ORDER BY d.event_sequence LIMIT $3
+                    FOR UPDATE OF d SKIP LOCKED),
+             {requeue}",
+            requeue = REQUEUE.replace("{queue}", "$2")
+        ))
+        .bind(endpoint_id)
+        .bind(&self.bulk_queue)
+        .bind(batch)
+        .fetch_one(&mut *tx)
+        .await?;
+        if returned > 0 {
+            // The relay runs in another process: wake it at the commit.
+            sqlx::query("SELECT pg_notify($1, '')").bind(super::OUTBOX_CHANNEL).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(u64::try_from(returned).unwrap_or(0))
     }
 }

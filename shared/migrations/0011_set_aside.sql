@@ -1,0 +1,9 @@
+-- Deliveries set aside behind a hanging endpoint (README, "Isolation:
+-- adaptive slots"): their message was acked and nothing carries them until
+-- the dispatcher that set them aside hears a success from the endpoint, or
+-- until their due time, when the sweeper queues them again at once (a
+-- set-aside delivery is not stranded: no margin, and it does not count
+-- towards the sweep limit).
+ALTER TABLE deliveries ADD COLUMN set_aside boolean NOT NULL DEFAULT false;
+-- A recovered endpoint's set-aside deliveries, in event order.
+CREATE INDEX deliveries_set_aside ON deliveries (endpoint_id, event_sequence) WHERE set_aside;
