@@ -144,19 +144,20 @@ impl Endpoint {
 }
 
 impl State {
-    /// The endpoint freed nothing in time: its messages are put back at
-    /// once for a while.
-    fn saturate(&mut self, now: Instant, answered_within: Duration) -> Full {
-        self.saturated_until = Some(now + SATURATED_FOR);
-        self.verdict(now, answered_within)
+    /// Whether the endpoint answered a success within `within`: then it
+    /// is slow when it frees nothing in time, not hung.
+    fn answering(&self, now: Instant, within: Duration) -> bool {
+        self.succeeded_at.is_some_and(|at| now.duration_since(at) < within)
     }
 
-    /// Full and freeing nothing in time: slow if it succeeded lately, else
-    /// hung.
-    fn verdict(&mut self, now: Instant, answered_within: Duration) -> Full {
-        if self.succeeded_at.is_some_and(|at| now.duration_since(at) < answered_within) {
-            return Full::Busy;
-        }
+    /// The endpoint that does not answer freed nothing in time: it is hung,
+    /// and its messages are set aside at once for a while.
+    fn saturate(&mut self, now: Instant) -> Full {
+        self.saturated_until = Some(now + SATURATED_FOR);
+        self.hung(now)
+    }
+
+    fn hung(&mut self, now: Instant) -> Full {
         let since = now.duration_since(*self.hung_since.get_or_insert(now));
         Full::Hung { since, recoveries: self.recoveries }
     }
@@ -293,18 +294,25 @@ impl Slots {
         {
             let mut state = endpoint.state();
             let now = Instant::now();
-            if state.saturated_until.is_some_and(|until| until > now) {
-                return Err(state.verdict(now, self.answered_within));
-            }
-            // Nothing freed for a whole wait (the first attempts of an
-            // endpoint that hangs, before any of them has ended).
-            if now.duration_since(state.progress_at) > self.wait {
-                return Err(state.saturate(now, self.answered_within));
+            let answering = state.answering(now, self.answered_within);
+            if !answering {
+                if state.saturated_until.is_some_and(|until| until > now) {
+                    return Err(state.hung(now));
+                }
+                // Nothing freed for a whole wait (the first attempts of an
+                // endpoint that hangs, before any of them has ended).
+                if now.duration_since(state.progress_at) > self.wait {
+                    return Err(state.saturate(now));
+                }
             }
             // Slots free at about `limit / mean` a second; this message
-            // comes after the ones already waiting.
+            // comes after the ones already waiting. An endpoint that
+            // answers below its ceiling gains a slot with every answer (a
+            // dispatcher that just started, whose first attempts were slowed
+            // by their handshakes), so that says too little: it waits.
+            let growing = answering && state.limit < self.ceiling;
             let expected = state.mean_secs.map(|mean| mean * (state.waiting + 1) as f64 / state.limit as f64);
-            if expected.is_some_and(|secs| secs > self.wait.as_secs_f64()) {
+            if !growing && expected.is_some_and(|secs| secs > self.wait.as_secs_f64()) {
                 return Err(Full::Busy);
             }
             state.waiting += 1;
@@ -312,7 +320,11 @@ impl Slots {
         let waiter = Waiter(&endpoint);
         let slot = self.wait_for(&endpoint).await;
         drop(waiter);
-        slot.ok_or_else(|| endpoint.state().saturate(Instant::now(), self.answered_within))
+        slot.ok_or_else(|| {
+            let mut state = endpoint.state();
+            let now = Instant::now();
+            if state.answering(now, self.answered_within) { Full::Busy } else { state.saturate(now) }
+        })
     }
 
     async fn wait_for(&self, endpoint: &Arc<Endpoint>) -> Option<Slot> {
@@ -488,6 +500,28 @@ mod tests {
         assert_eq!(slots.take("e").await.err(), Some(Full::Busy), "it answered 1.5 s ago");
         tokio::time::sleep(TIMEOUT).await;
         assert!(matches!(slots.take("e").await, Err(Full::Hung { .. })), "no success for a delivery timeout");
+    }
+
+    /// `e` full at a limit of 5 after one success, with attempts that took
+    /// 10 s: a newcomer expects a wait of 2 s for a slot.
+    async fn slow_first_answers(ceiling: usize) -> (Arc<Slots>, Vec<Slot>) {
+        let slots = Arc::new(Slots::new(ceiling, Duration::from_secs(1), TIMEOUT));
+        let mut held: Vec<Slot> = (0..FIRST_LIMIT).map(|_| slots.endpoint("e").try_take(false).unwrap()).collect();
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        held[0].report(Signal::Success);
+        held.push(slots.endpoint("e").try_take(false).expect("a fifth slot"));
+        (slots, held)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answering_endpoint_below_its_ceiling_waits_however_slow_its_first_answers() {
+        let (slots, mut held) = slow_first_answers(8).await;
+        let waiter = waiting_message(&slots).await;
+        drop(held.pop());
+        assert!(waiter.await.unwrap(), "it waited for the next slot, not parked");
+        // At its ceiling, its slots free at a known pace: parked at once.
+        let (slots, _held) = slow_first_answers(FIRST_LIMIT + 1).await;
+        assert_eq!(slots.take("e").await.err(), Some(Full::Busy));
     }
 
     #[tokio::test(start_paused = true)]

@@ -586,21 +586,26 @@ async fn drain(bench: &Bench, system: &Distributed<'_>, target: &Target, dispatc
     ingest(system.client, system.ingest_url, &target.developer_id, events, bench.concurrency).await?;
     let ingest_per_s = events as f64 / started.elapsed().as_secs_f64();
     wait_outbox_empty(system.pool).await?;
-    let children = system.stack.spawn_dispatchers(dispatchers).await?;
-    let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
+    let children = system.stack.spawn_dispatchers_at(dispatchers).await?;
+    let pids: Vec<u32> = children.iter().filter_map(|(child, _)| child.id()).collect();
     let cpu = || pids.iter().map(|pid| cpu_seconds(*pid, ticks)).sum::<f64>();
     wait_count(&target.arrivals, base + 1, Duration::from_secs(60)).await?;
     let (t0, cpu0, n0) = (Instant::now(), cpu(), target.arrivals.count());
     wait_count(&target.arrivals, base + events, Duration::from_secs(600)).await?;
     let (elapsed, cpu) = (t0.elapsed().as_secs_f64(), cpu() - cpu0);
     let drained = (base + events).saturating_sub(n0) as f64;
-    for child in children {
+    // Messages put back rather than attempted: a drain should have none.
+    let mut put_back = 0.0;
+    for (child, port) in children {
+        for outcome in ["deferred", "set_aside", "parked"] {
+            put_back += dispatcher_outcome(system.client, port, outcome).await?;
+        }
         stop(child).await;
     }
     let per = |x: f64| if drained > 0.0 { x / drained } else { f64::NAN };
     let drain = Drain { ingest_per_s, per_s: drained / elapsed, cpu_ms_per_delivery: per(cpu) * 1000.0 };
     out(&format!(
-        "drain, {dispatchers} dispatcher(s), to {}: {:.0} deliveries/s ({:.2} sig), dispatcher CPU {:.3} ms per delivery = {:.2} x one signature",
+        "drain, {dispatchers} dispatcher(s), to {}: {:.0} deliveries/s ({:.2} sig), dispatcher CPU {:.3} ms per delivery = {:.2} x one signature; {put_back} messages put back",
         target.side.name(),
         drain.per_s,
         drain.per_s / bench.signatures,
