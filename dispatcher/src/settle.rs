@@ -4,12 +4,15 @@
 //! message still in flight, and single nacks. An ack above that message
 //! waits up to [`HOLD`] for it to settle (then one `multiple` ack covers
 //! both), and goes on its own after that, so a message held by a slow attempt
-//! delays the acks of the others by [`HOLD`] at most. Messages finish out of
+//! delays the acks of the others by [`HOLD`] at most; once that message has
+//! been in flight for [`STUCK`] (an attempt to an endpoint that hangs), the
+//! acks above it go at once, since an ack not sent keeps its message in the
+//! prefetch window. Messages finish out of
 //! order, a few at a time: acking each at once cost a frame, and a wake-up of
 //! the connection's thread, for most deliveries.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -35,7 +38,8 @@ pub enum Fate {
 #[derive(Debug, Clone)]
 pub struct Settler {
     fates: mpsc::UnboundedSender<(u64, Fate)>,
-    in_flight: Arc<Mutex<BTreeSet<u64>>>,
+    /// Messages received and not settled yet, with when each came.
+    in_flight: Arc<Mutex<BTreeMap<u64, Instant>>>,
 }
 
 impl Settler {
@@ -43,14 +47,14 @@ impl Settler {
     /// clone is dropped and what they reported is sent.
     pub fn start(channel: Channel) -> (Settler, JoinHandle<()>) {
         let (fates, reports) = mpsc::unbounded_channel();
-        let in_flight = Arc::new(Mutex::new(BTreeSet::new()));
+        let in_flight = Arc::new(Mutex::new(BTreeMap::new()));
         let task = tokio::spawn(settle(channel, reports, in_flight.clone()));
         (Settler { fates, in_flight }, task)
     }
 
     /// Notes a message just received, before its handler runs.
     pub fn received(&self, tag: u64) {
-        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(tag);
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(tag, Instant::now());
     }
 
     /// Reports the fate of a received message.
@@ -65,10 +69,14 @@ impl Settler {
 /// `multiple` ack covers them all.
 const HOLD: Duration = Duration::from_millis(20);
 
+/// A message in flight for this long is a slow attempt, not one about to
+/// end: the acks above it are not held for it.
+const STUCK: Duration = Duration::from_millis(100);
+
 async fn settle(
     channel: Channel,
     mut reports: mpsc::UnboundedReceiver<(u64, Fate)>,
-    in_flight: Arc<Mutex<BTreeSet<u64>>>,
+    in_flight: Arc<Mutex<BTreeMap<u64, Instant>>>,
 ) {
     let mut batch = Vec::with_capacity(256);
     let mut held = Held::default();
@@ -120,11 +128,11 @@ impl Held {
 /// The frames that settle `batch` and what `held` can send at `now`: nacks
 /// first (a later `multiple` ack would otherwise ack them too), then one
 /// `multiple` ack for every held ack below the lowest message in flight,
-/// then single acks for those held longer than `hold`. Removes the settled
-/// tags from `in_flight`.
+/// then single acks for those held longer than `hold`, or at once when that
+/// lowest message is stuck. Removes the settled tags from `in_flight`.
 fn plan(
     batch: &[(u64, Fate)],
-    in_flight: &Mutex<BTreeSet<u64>>,
+    in_flight: &Mutex<BTreeMap<u64, Instant>>,
     held: &mut Held,
     now: Instant,
     hold: Duration,
@@ -141,7 +149,11 @@ fn plan(
             Fate::Reject => frames.push((Frame::Nack { tag, requeue: false }, "reject")),
         }
     }
-    let lowest_open = in_flight.first().copied().unwrap_or(u64::MAX);
+    let (lowest_open, hold) = match in_flight.first_key_value() {
+        Some((&tag, &since)) if now.duration_since(since) >= STUCK => (tag, Duration::ZERO),
+        Some((&tag, _)) => (tag, hold),
+        None => (u64::MAX, hold),
+    };
     let above = held.0.split_off(&lowest_open);
     let below = std::mem::replace(&mut held.0, above);
     if let Some(&highest) = below.keys().next_back() {
@@ -161,8 +173,13 @@ fn plan(
 mod tests {
     use super::*;
 
-    fn open(tags: &[u64]) -> Mutex<BTreeSet<u64>> {
-        Mutex::new(tags.iter().copied().collect())
+    fn open(tags: &[u64]) -> Mutex<BTreeMap<u64, Instant>> {
+        let now = Instant::now();
+        Mutex::new(tags.iter().map(|&tag| (tag, now)).collect())
+    }
+
+    fn frames(planned: Vec<(Frame, &'static str)>) -> Vec<Frame> {
+        planned.into_iter().map(|f| f.0).collect()
     }
 
     #[test]
@@ -172,7 +189,7 @@ mod tests {
         let frames: Vec<Frame> =
             plan(&batch, &in_flight, &mut Held::default(), Instant::now(), HOLD).into_iter().map(|f| f.0).collect();
         assert_eq!(frames, vec![Frame::Ack { tag: 3, multiple: true }]);
-        assert_eq!(in_flight.lock().unwrap().iter().copied().collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(in_flight.lock().unwrap().keys().copied().collect::<Vec<_>>(), vec![4, 5]);
     }
 
     #[test]
@@ -190,7 +207,7 @@ mod tests {
         assert_eq!(held.next_due(), None);
 
         // 5 runs on: 6 is acked on its own once it has waited `HOLD`.
-        in_flight.lock().unwrap().insert(6);
+        in_flight.lock().unwrap().insert(6, start);
         let frames = plan(&[(6, Fate::Ack)], &in_flight, &mut held, start + HOLD, HOLD);
         assert!(frames.is_empty());
         let frames = plan(&[], &in_flight, &mut held, start + HOLD * 2, HOLD);
@@ -199,5 +216,17 @@ mod tests {
         let frames = plan(&[(5, Fate::Requeue)], &in_flight, &mut held, start + HOLD * 2, HOLD);
         assert_eq!(frames.into_iter().map(|f| f.0).collect::<Vec<_>>(), vec![Frame::Nack { tag: 5, requeue: true }]);
         assert!(in_flight.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn acks_above_a_stuck_message_go_at_once() {
+        let start = Instant::now();
+        let in_flight = Mutex::new(BTreeMap::from([(1, start), (2, start + STUCK)]));
+        let mut held = Held::default();
+        // 1 has been in flight for `STUCK` (its endpoint hangs): 2's ack
+        // goes now, on its own, not after `HOLD`.
+        let planned = plan(&[(2, Fate::Ack)], &in_flight, &mut held, start + STUCK, HOLD);
+        assert_eq!(frames(planned), vec![Frame::Ack { tag: 2, multiple: false }]);
+        assert_eq!(held.next_due(), None);
     }
 }
