@@ -46,6 +46,8 @@
 //!    events/s to nginx for `BENCH_LATENCY_SECS`: B's request start →
 //!    received (p50, p99), A's deliveries/s (and ÷ the one-dispatcher
 //!    drain), and how many of A's still waited when B's last event arrived;
+//!    then again with A's whole backlog sent before the dispatcher starts
+//!    (`backlog`: one built up during an outage);
 //! 6. isolation: a developer with `BENCH_ISOLATION_ENDPOINTS` endpoints at
 //!    the in-process receiver drains `BENCH_EVENTS` deliveries with a fresh
 //!    dispatcher, alone, then beside as many deliveries for a developer with
@@ -65,7 +67,7 @@
 //! p50 ≤ 50 ms and p99 ≤ 1 s; beside hanging endpoints, healthy ones keep
 //! ≥ 90% of their deliveries/s.
 //!
-//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,isolation,standalone`: the
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,standalone`: the
 //! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
@@ -636,24 +638,47 @@ struct Fairness {
     backlog_left: u64,
 }
 
+/// When developer A's backlog is sent in the fairness phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backlog {
+    /// While B sends, with the dispatcher running.
+    Live,
+    /// All of it before the dispatcher starts (a backlog built during an
+    /// outage), then B sends.
+    Before,
+}
+
 /// Fairness: with one dispatcher running, developer A sends `backlog`
 /// events as fast as the API takes them (faster than they can be
 /// delivered, so most wait in the queue) while developer B sends `rate`
-/// events/s for `secs`. B's latency, and how fast A's backlog drains.
+/// events/s for `secs`; or A's backlog waits in full when the dispatcher
+/// starts. B's latency, and how fast A's backlog drains.
 async fn fairness(
     system: &Distributed<'_>,
-    (backlog, concurrency): (u64, u64),
+    (backlog, concurrency, when): (u64, u64, Backlog),
     (rate, secs): (u64, u64),
     busy: &Target,
     quiet: &Target,
 ) -> anyhow::Result<Fairness> {
     let base = busy.arrivals.count();
+    let label = match when {
+        Backlog::Live => "fairness: ",
+        Backlog::Before => {
+            ingest(system.client, system.ingest_url, &busy.developer_id, backlog, concurrency).await?;
+            wait_outbox_empty(system.pool).await?;
+            "fairness, backlog first: "
+        }
+    };
     let dispatcher = system.stack.spawn_dispatchers(1).await?;
     let started = Instant::now();
-    let (_, quiet) = tokio::try_join!(
-        ingest(system.client, system.ingest_url, &busy.developer_id, backlog, concurrency),
-        latency("fairness: ", (rate, secs), system.client, system.ingest_url, quiet)
-    )?;
+    let send_backlog = async {
+        match when {
+            Backlog::Live => ingest(system.client, system.ingest_url, &busy.developer_id, backlog, concurrency).await,
+            Backlog::Before => Ok(()),
+        }
+    };
+    let (_, quiet) =
+        tokio::try_join!(send_backlog, latency(label, (rate, secs), system.client, system.ingest_url, quiet))?;
     let backlog_left = (base + backlog).saturating_sub(busy.arrivals.count());
     wait_count(&busy.arrivals, base + backlog, Duration::from_secs(1200)).await?;
     let backlog_per_s = backlog as f64 / started.elapsed().as_secs_f64();
@@ -661,7 +686,7 @@ async fn fairness(
         stop(child).await;
     }
     out(&format!(
-        "fairness: A's {backlog} events delivered at {backlog_per_s:.0}/s, {backlog_left} waiting when B's last event arrived"
+        "{label}A's {backlog} events delivered at {backlog_per_s:.0}/s, {backlog_left} waiting when B's last event arrived"
     ));
     Ok(Fairness { quiet, backlog_per_s, backlog_left })
 }
@@ -1221,14 +1246,21 @@ async fn main() -> anyhow::Result<()> {
     stop(dispatcher).await;
 
     // 5. Fairness: one developer's backlog, another's events at a low rate.
-    if phase("fairness") {
+    for (name, when) in [("fairness", Backlog::Live), ("backlog", Backlog::Before)] {
+        if !phase(name) {
+            continue;
+        }
         let backlog = knob("BENCH_BACKLOG", 50_000).max(1);
         let rate = knob("BENCH_FAIR_RATE", 20).max(1);
-        let fair =
-            fairness(&system, (backlog, concurrency), (rate, bench.latency_secs), &in_process, &to_nginx).await?;
+        let sizes = (backlog, concurrency, when);
+        let fair = fairness(&system, sizes, (rate, bench.latency_secs), &in_process, &to_nginx).await?;
         let (p50, p99) = (percentile(&fair.quiet.total, 50.0), percentile(&fair.quiet.total, 99.0));
+        let how = match when {
+            Backlog::Live => "beside A's backlog of",
+            Backlog::Before => "beside A's backlog, all sent first, of",
+        };
         bench.row_with_goal(
-            format!("  fairness: B at {rate}/s beside A's backlog of {backlog}, p50"),
+            format!("  fairness: B at {rate}/s {how} {backlog}, p50"),
             String::new(),
             format!("{p50:.2} ms"),
             goal("<= 50 ms", p50, |v| v <= 50.0),
