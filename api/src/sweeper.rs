@@ -49,18 +49,21 @@ impl Sweeper {
             // Whatever the queues hold: a turn no settling handed on is
             // stranded however long the queues are.
             self.release_turns().await;
-            match self.work_queue_depth().await {
-                Ok(0) => {}
+            // Deliveries set aside behind a hung endpoint have no message
+            // anywhere: they are queued again once due, whatever the queues
+            // hold.
+            let stranded = match self.work_queue_depth().await {
+                Ok(0) => true,
                 Ok(ready) => {
-                    tracing::debug!(ready, "work queue has a backlog; sweeping next round");
-                    continue;
+                    tracing::debug!(ready, "work queue has a backlog; sweeping stranded deliveries next round");
+                    false
                 }
                 Err(error) => {
                     tracing::debug!(error = format!("{error:#}"), "cannot see the work queue; sweeping next round");
-                    continue;
+                    false
                 }
-            }
-            self.round().await;
+            };
+            self.round(stranded).await;
         }
     }
 
@@ -91,10 +94,12 @@ impl Sweeper {
         Ok(depth)
     }
 
-    async fn round(&self) {
+    /// One round: set-aside deliveries that are due and, with `stranded`,
+    /// stranded ones.
+    async fn round(&self, stranded: bool) {
         let mut total = Swept::default();
         for _ in 0..ROUND {
-            match self.store.sweep_stranded(self.interval, BATCH, SWEEP_LIMIT).await {
+            match self.store.sweep_stranded(self.interval, BATCH, SWEEP_LIMIT, stranded).await {
                 Ok(swept) => {
                     total.queued += swept.queued;
                     total.returned += swept.returned;

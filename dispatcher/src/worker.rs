@@ -127,8 +127,9 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
 
     let slot = match context.slots.take(&endpoint.id).await {
         Ok(slot) => slot,
-        Err(Full::Busy) => return defer(context, ticket, &message, "deferred").await,
-        Err(Full::Hung { since, recoveries }) => {
+        // A message forced by `send` is never set aside: it would come
+        // back without its `force`.
+        Err(Full::Hung { since, recoveries }) if !message.force => {
             set_aside(context, ticket, &message, since).await;
             // The endpoint answered while this was written: the release of
             // that success may have run before the write.
@@ -137,6 +138,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             }
             return;
         }
+        Err(Full::Busy | Full::Hung { .. }) => return defer(context, ticket, &message, "deferred").await,
     };
 
     // The pace after the slot: a ticket taken is a start used, not a hole

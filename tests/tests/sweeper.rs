@@ -320,9 +320,9 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
 
     // Four sweepers at once, as four API processes: each delivery once.
     strand_all(&api).await;
-    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(owed, 7, 5))).await;
+    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(owed, 7, 5, true))).await;
     let mut queued: u64 = sweeps.iter().map(|s| s.as_ref().unwrap().queued).sum();
-    while let swept = store.sweep_stranded(owed, 500, 5).await.unwrap()
+    while let swept = store.sweep_stranded(owed, 500, 5, true).await.unwrap()
         && swept.queued > 0
     {
         queued += swept.queued;
@@ -338,15 +338,15 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
         sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(&pool).await.unwrap();
     assert_eq!(generations, [1], "each moved to a new generation once");
     // Nothing is due any more: a sweep right after finds nothing.
-    assert_eq!(store.sweep_stranded(owed, 500, 5).await.unwrap().queued, 0);
+    assert_eq!(store.sweep_stranded(owed, 500, 5, true).await.unwrap().queued, 0);
 
     // Swept four more times in vain (five in all), the sixth sweep gives up.
     for _ in 0..4 {
         strand_all(&api).await;
-        assert_eq!(store.sweep_stranded(owed, 500, 5).await.unwrap().queued, 50);
+        assert_eq!(store.sweep_stranded(owed, 500, 5, true).await.unwrap().queued, 50);
     }
     strand_all(&api).await;
-    let last = store.sweep_stranded(owed, 500, 5).await.unwrap();
+    let last = store.sweep_stranded(owed, 500, 5, true).await.unwrap();
     assert_eq!((last.queued, last.failed), (0, 50));
     assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "failed deliveries are not upcoming");
     let entries = logs(&api, &key, &endpoint, "?limit=100").await;
@@ -391,7 +391,9 @@ async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it()
         .await
         .unwrap();
     let margin = Duration::from_secs(600);
-    let swept = store.sweep_stranded(margin, 100, 5).await.unwrap();
+    // Set-aside deliveries are swept even while the work queues hold a
+    // backlog (`stranded` false).
+    let swept = store.sweep_stranded(margin, 100, 5, false).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 1, 0));
     assert_eq!(state().await, (1, 5, false), "a new generation, the sweeps as they were");
     let queued: i64 =
@@ -402,9 +404,11 @@ async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it()
     // failed at the limit.
     sqlx::query("DELETE FROM outbox").execute(pool).await.unwrap();
     sqlx::query("UPDATE deliveries SET next_attempt_at = now() - interval '1 second'").execute(pool).await.unwrap();
-    let swept = store.sweep_stranded(margin, 100, 5).await.unwrap();
+    let swept = store.sweep_stranded(margin, 100, 5, true).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "within the margin");
-    let swept = store.sweep_stranded(Duration::ZERO, 100, 5).await.unwrap();
+    let swept = store.sweep_stranded(Duration::ZERO, 100, 5, false).await.unwrap();
+    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "not while the queues hold a backlog");
+    let swept = store.sweep_stranded(Duration::ZERO, 100, 5, true).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 1), "at the limit");
 
     api.shutdown().await.unwrap();

@@ -51,7 +51,7 @@ const RECORD: &str = "
                last_attempt = coalesce(u.attempt, d.last_attempt),
                last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
                                               ELSE d.generation END,
-               sweeps = 0, set_aside = false, updated_at = now()
+               sweeps = 0, updated_at = now()
           FROM unnest($11::int8[], $12::text[], $13::timestamptz[], $14::int4[], $15::int4[])
                AS u(id, state, next_attempt_at, attempt, generation)
          WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')

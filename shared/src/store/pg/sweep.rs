@@ -29,15 +29,15 @@ const GAVE_UP: &str = "not sent: queued again repeatedly and never processed (se
                        send or recover it once the cause is fixed";
 
 /// The owed deliveries due before `now() - $1` (a set-aside one: due at
-/// all), with no outbox row, oldest first; `{sweeps}` selects by how often
-/// they were swept (`$3`). Each comes with the attempt its next message
+/// all; with `$5` false, only set-aside ones), with no outbox row, oldest
+/// first; `{sweeps}` selects by how often they were swept (`$3`). Each comes with the attempt its next message
 /// makes: the one after the last recorded in its generation, else the first.
 const OWED: &str = "
     SELECT d.id, d.event_id, d.endpoint_id, d.set_aside,
            CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END AS attempt
       FROM deliveries d
      WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now()
-       AND (d.set_aside OR d.next_attempt_at < now() - make_interval(secs => $1))
+       AND (d.set_aside OR ($5 AND d.next_attempt_at < now() - make_interval(secs => $1)))
        AND {sweeps}
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
      ORDER BY d.next_attempt_at LIMIT $2
@@ -66,11 +66,18 @@ const REQUEUE: &str = "
     SELECT count(*) FILTER (WHERE set_aside), count(*) FROM swept";
 
 impl PgStore {
-    /// Sweeps up to `batch` stranded or set-aside deliveries: fails those
-    /// swept `limit` times already (with a log entry that says so) and queues
-    /// the others again. Rows are locked `SKIP LOCKED` and no longer qualify
-    /// once swept, so concurrent sweepers never queue one delivery twice.
-    pub async fn sweep_stranded(&self, older_than: Duration, batch: i64, limit: i32) -> StoreResult<Swept> {
+    /// Sweeps up to `batch` set-aside deliveries that are due and, with
+    /// `stranded`, stranded ones: fails those swept `limit` times already
+    /// (with a log entry that says so) and queues the others again. Rows are
+    /// locked `SKIP LOCKED` and no longer qualify once swept, so concurrent
+    /// sweepers never queue one delivery twice.
+    pub async fn sweep_stranded(
+        &self,
+        older_than: Duration,
+        batch: i64,
+        limit: i32,
+        stranded: bool,
+    ) -> StoreResult<Swept> {
         let margin = older_than.as_secs_f64();
         let mut tx = self.pool.begin().await?;
         let failed = sqlx::query(&format!(
@@ -88,6 +95,7 @@ impl PgStore {
         .bind(batch)
         .bind(limit)
         .bind(GAVE_UP)
+        .bind(stranded)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -100,6 +108,7 @@ impl PgStore {
         .bind(batch)
         .bind(limit)
         .bind(&self.bulk_queue)
+        .bind(stranded)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
