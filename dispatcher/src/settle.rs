@@ -7,9 +7,9 @@
 //! delays the acks of the others by [`HOLD`] at most; once that message has
 //! been in flight for [`STUCK`] (an attempt to an endpoint that hangs), the
 //! acks above it go at once, since an ack not sent keeps its message in the
-//! prefetch window. Messages finish out of
-//! order, a few at a time: acking each at once cost a frame, and a wake-up of
-//! the connection's thread, for most deliveries.
+//! prefetch window. Messages finish out of order, a few at a time: acking
+//! each at once cost a frame, and a wake-up of the connection's thread, for
+//! most deliveries.
 
 use std::{
     collections::BTreeMap,

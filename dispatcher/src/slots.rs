@@ -33,8 +33,8 @@ use tokio::{sync::Notify, time::Instant};
 /// The limit of an endpoint the dispatcher has not heard from yet.
 pub const FIRST_LIMIT: usize = 4;
 
-/// How long an endpoint counts as saturated after a message waited
-/// `ENDPOINT_SLOT_WAIT` in vain: its messages are parked at once meanwhile.
+/// How long an endpoint that does not answer counts as hung after it freed
+/// no slot in time: its messages are set aside at once meanwhile.
 const SATURATED_FOR: Duration = Duration::from_secs(5);
 
 /// The weight of the newest attempt in an endpoint's mean duration.
@@ -108,6 +108,7 @@ struct State {
     waiting: usize,
     /// When the limit was last halved.
     lowered_at: Option<Instant>,
+    /// Until when its messages are set aside at once (see [`SATURATED_FOR`]).
     saturated_until: Option<Instant>,
     /// When the endpoint was first found hung since its last success.
     hung_since: Option<Instant>,
@@ -191,17 +192,19 @@ impl Slot {
     /// this slot. True for the first success after the endpoint was found
     /// hung: what was set aside behind it may go again.
     pub fn report(&self, signal: Signal) -> bool {
+        let now = Instant::now();
         let mut state = self.endpoint.state();
-        let secs = self.started.elapsed().as_secs_f64();
+        let secs = now.duration_since(self.started).as_secs_f64();
         state.mean_secs = Some(match state.mean_secs {
             Some(mean) => mean + DURATION_WEIGHT * (secs - mean),
             None => secs,
         });
-        let recovered = signal == Signal::Success && state.hung_since.take().is_some();
+        let mut recovered = false;
         if signal == Signal::Success {
-            state.succeeded_at = Some(Instant::now());
+            state.succeeded_at = Some(now);
+            recovered = state.hung_since.take().is_some();
+            state.recoveries += u64::from(recovered);
         }
-        state.recoveries += u64::from(recovered);
         match signal {
             Signal::Success if state.limit < self.endpoint.ceiling => {
                 state.limit += 1;
@@ -210,7 +213,7 @@ impl Slot {
             }
             Signal::Overload if state.lowered_at.is_none_or(|at| self.started >= at) => {
                 state.limit = (state.limit / 2).max(1);
-                state.lowered_at = Some(Instant::now());
+                state.lowered_at = Some(now);
             }
             Signal::Success | Signal::Overload | Signal::Neither => {}
         }

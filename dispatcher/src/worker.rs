@@ -356,7 +356,7 @@ async fn set_aside(context: &Context, ticket: Ticket, message: &DeliveryMessage,
 }
 
 /// Deliveries released per statement when an endpoint recovers.
-const RELEASE_BATCH: i64 = 1000;
+const RELEASE_BATCH: u16 = 1000;
 
 /// The endpoint answered after it was found hung: queue again what this
 /// dispatcher set aside behind it (and any other's). Should this fail, the
@@ -364,10 +364,10 @@ const RELEASE_BATCH: i64 = 1000;
 async fn release_set_aside(context: &Context, endpoint_id: &str) {
     let mut released = 0;
     loop {
-        match context.store.release_set_aside(endpoint_id, RELEASE_BATCH).await {
+        match context.store.release_set_aside(endpoint_id, i64::from(RELEASE_BATCH)).await {
             Ok(n) => {
                 released += n;
-                if n < RELEASE_BATCH.unsigned_abs() {
+                if n < u64::from(RELEASE_BATCH) {
                     break;
                 }
             }

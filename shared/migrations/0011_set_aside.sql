@@ -5,5 +5,8 @@
 -- set-aside delivery is not stranded: no margin, and it does not count
 -- towards the sweep limit).
 ALTER TABLE deliveries ADD COLUMN set_aside boolean NOT NULL DEFAULT false;
--- A recovered endpoint's set-aside deliveries, in event order.
+-- A recovered endpoint's set-aside deliveries, in event order; and those
+-- due, which the sweeper takes even while the work queues hold a backlog
+-- (when the owed-by-due-time index would walk the whole backlog).
 CREATE INDEX deliveries_set_aside ON deliveries (endpoint_id, event_sequence) WHERE set_aside;
+CREATE INDEX deliveries_set_aside_due ON deliveries (next_attempt_at) WHERE set_aside;

@@ -28,26 +28,38 @@ pub struct Swept {
 const GAVE_UP: &str = "not sent: queued again repeatedly and never processed (see the dispatchers' logs); \
                        send or recover it once the cause is fixed";
 
-/// The owed deliveries due before `now() - $1` (a set-aside one: due at
-/// all; with `$5` false, only set-aside ones), with no outbox row, oldest
-/// first; `{sweeps}` selects by how often they were swept (`$3`). Each comes with the attempt its next message
-/// makes: the one after the last recorded in its generation, else the first.
+/// The attempt a delivery's next message makes: the one after the last
+/// recorded in its generation, else the first.
+pub(super) const NEXT_ATTEMPT: &str =
+    "CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END";
+
+/// The owed deliveries that are due, with no outbox row, oldest first, each
+/// with its next attempt: `{which}` says which ([`STRANDED_OR_SET_ASIDE`],
+/// [`SET_ASIDE`]), `{sweeps}` selects by how often they were swept (`$3`).
 const OWED: &str = "
-    SELECT d.id, d.event_id, d.endpoint_id, d.set_aside,
-           CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END AS attempt
+    SELECT d.id, d.event_id, d.endpoint_id, d.set_aside, {next_attempt} AS attempt
       FROM deliveries d
-     WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now()
-       AND (d.set_aside OR ($5 AND d.next_attempt_at < now() - make_interval(secs => $1)))
-       AND {sweeps}
+     WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now() AND {which} AND {sweeps}
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
      ORDER BY d.next_attempt_at LIMIT $2
        FOR UPDATE OF d SKIP LOCKED";
 
+/// Stranded (due before `now() - $1`) or set aside.
+const STRANDED_OR_SET_ASIDE: &str = "(d.set_aside OR d.next_attempt_at < now() - make_interval(secs => $1))";
+
+/// Set aside only (a partial index holds them); `$1` is not needed.
+const SET_ASIDE: &str = "d.set_aside";
+
+/// [`OWED`] selecting `which`, with `sweeps`.
+fn owed(which: &str, sweeps: &str) -> String {
+    OWED.replace("{next_attempt}", NEXT_ATTEMPT).replace("{which}", which).replace("{sweeps}", sweeps)
+}
+
 /// Queues the deliveries of the CTE `due` (columns `id`, `set_aside`,
 /// `attempt`) again, each under a new generation, in the work queue that
-/// the parameter `{queue}` names;
-/// returns how many were set aside and how many in all. A sweep of a
-/// delivery that was not set aside counts towards the sweep limit.
+/// the parameter `{queue}` names; returns how many were set aside and how
+/// many in all. A sweep of a delivery that was not set aside counts towards
+/// the sweep limit.
 const REQUEUE: &str = "
     swept AS (
         UPDATE deliveries d
@@ -80,7 +92,11 @@ impl PgStore {
     ) -> StoreResult<Swept> {
         let margin = older_than.as_secs_f64();
         let mut tx = self.pool.begin().await?;
-        let failed = sqlx::query(&format!(
+        // Only stranded deliveries can be hopeless.
+        let failed = if !stranded {
+            0
+        } else {
+            sqlx::query(&format!(
             "WITH hopeless AS ({owed}),
                   failed AS (
                       UPDATE deliveries d SET state = 'failed', next_attempt_at = NULL, updated_at = now()
@@ -89,26 +105,26 @@ impl PgStore {
              INSERT INTO delivery_attempts
                     (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
              SELECT gen_random_uuid(), id, endpoint_id, event_id, attempt, NULL, NULL, $4, 0, now() FROM failed",
-            owed = OWED.replace("{sweeps}", "NOT d.set_aside AND d.sweeps >= $3")
-        ))
-        .bind(margin)
-        .bind(batch)
-        .bind(limit)
-        .bind(GAVE_UP)
-        .bind(stranded)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+                owed = owed(STRANDED_OR_SET_ASIDE, "NOT d.set_aside AND d.sweeps >= $3")
+            ))
+            .bind(margin)
+            .bind(batch)
+            .bind(limit)
+            .bind(GAVE_UP)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        };
+        let which = if stranded { STRANDED_OR_SET_ASIDE } else { SET_ASIDE };
         let (returned, queued): (i64, i64) = sqlx::query_as(&format!(
             "WITH due AS ({owed}), {requeue}",
-            owed = OWED.replace("{sweeps}", "(d.set_aside OR d.sweeps < $3)"),
+            owed = owed(which, "(d.set_aside OR d.sweeps < $3)"),
             requeue = REQUEUE.replace("{queue}", "$4")
         ))
         .bind(margin)
         .bind(batch)
         .bind(limit)
         .bind(&self.bulk_queue)
-        .bind(stranded)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -122,9 +138,7 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         let (returned, _): (i64, i64) = sqlx::query_as(&format!(
             "WITH due AS (
-                 SELECT d.id, d.set_aside,
-                        CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END
-                            AS attempt
+                 SELECT d.id, d.set_aside, {NEXT_ATTEMPT} AS attempt
                    FROM deliveries d
                   -- An outbox row of a set-aside delivery is that of the
                   -- message it was set aside from, which the relay may not

@@ -59,7 +59,7 @@ impl PgStore {
         endpoints: &[String],
         all: bool,
     ) -> StoreResult<u64> {
-        let released = sqlx::query(
+        let released = sqlx::query(&format!(
             "WITH next AS (
                  SELECT w.id, w.endpoint_id, w.event_sequence FROM deliveries w
                   WHERE w.endpoint_id = ANY ($1) AND w.state = 'waiting'
@@ -73,13 +73,12 @@ impl PgStore {
                                             WHERE o.endpoint_id = next.endpoint_id
                                               AND o.state IN ('pending', 'retrying')
                                               AND o.event_sequence < next.event_sequence))
-                 RETURNING d.id, d.generation,
-                           CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END
-                               AS attempt
+                 RETURNING d.id, d.generation, {next_attempt} AS attempt
              )
              INSERT INTO outbox (exchange, routing_key, delivery_id, generation, force, attempt)
              SELECT '', $2, id, generation, false, attempt FROM released",
-        )
+            next_attempt = super::sweep::NEXT_ATTEMPT
+        ))
         .bind(endpoints)
         .bind(&self.deliveries_queue)
         .bind(all)
