@@ -153,6 +153,7 @@ async fn context(
             delivery.dispatcher_endpoint_concurrency,
             delivery.endpoint_slot_wait,
             common.delivery_timeout,
+            delivery.dispatcher_concurrency.min(usize::from(delivery.dispatcher_prefetch)),
         ),
     }))
 }

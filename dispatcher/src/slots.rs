@@ -21,10 +21,20 @@
 //! long ([`Full::Hung`]), until its next success or a due time that grows
 //! the longer it hangs. A hanging endpoint's backlog therefore waits outside
 //! the dispatcher's slots, and outside the broker.
+//!
+//! Waiting messages hold the dispatcher's handlers and its prefetch window.
+//! While they fill half of its handlers and other endpoints answer, an
+//! endpoint that does not answer is judged hung after a quarter of the wait
+//! ([`CROWDED_SHARE`]), and the messages already waiting there are set aside
+//! too: the first second of a dispatcher that starts on a backlog mixed with
+//! hanging endpoints does not go by with its window full of their messages.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -36,6 +46,10 @@ pub const FIRST_LIMIT: usize = 4;
 /// How long an endpoint that does not answer counts as hung after it freed
 /// no slot in time: its messages are set aside at once meanwhile.
 const SATURATED_FOR: Duration = Duration::from_secs(5);
+
+/// While waiting messages crowd the dispatcher, a full endpoint that does
+/// not answer is hung after freeing nothing for this share of the wait.
+const CROWDED_SHARE: u32 = 4;
 
 /// The weight of the newest attempt in an endpoint's mean duration.
 const DURATION_WEIGHT: f64 = 0.25;
@@ -85,6 +99,37 @@ pub struct Slots {
     /// An endpoint that answered a success within this long is not hung.
     answered_within: Duration,
     endpoints: Mutex<Endpoints>,
+    dispatcher: Arc<Dispatcher>,
+}
+
+/// What the endpoints share: the dispatcher's handlers, held by waiting
+/// messages too.
+#[derive(Debug)]
+struct Dispatcher {
+    /// Messages waiting for a slot, at any endpoint.
+    waiting: AtomicUsize,
+    /// Half the dispatcher's handlers: more messages waiting than this crowd
+    /// out those of the endpoints that answer.
+    crowd: usize,
+    started: Instant,
+    /// When an endpoint last answered a success, in milliseconds since
+    /// `started` (0: none yet).
+    succeeded_ms: AtomicU64,
+}
+
+impl Dispatcher {
+    fn now_ms(&self, now: Instant) -> u64 {
+        u64::try_from(now.duration_since(self.started).as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Whether messages waiting for slots hold half the handlers while some
+    /// endpoint answered a success within `within`.
+    fn crowded(&self, now: Instant, within: Duration) -> bool {
+        let succeeded = self.succeeded_ms.load(Ordering::Relaxed);
+        self.waiting.load(Ordering::Relaxed) >= self.crowd
+            && succeeded > 0
+            && Duration::from_millis(self.now_ms(now).saturating_sub(succeeded)) < within
+    }
 }
 
 #[derive(Debug, Default)]
@@ -98,7 +143,10 @@ struct Endpoints {
 struct Endpoint {
     ceiling: usize,
     state: Mutex<State>,
+    /// Notified once when a slot is freed, and to every waiting message
+    /// when the endpoint is found hung.
     freed: Notify,
+    dispatcher: Arc<Dispatcher>,
 }
 
 #[derive(Debug)]
@@ -142,6 +190,31 @@ impl Endpoint {
         state.in_flight += 1;
         Some(Slot { endpoint: self.clone(), started: Instant::now() })
     }
+
+    /// The endpoint that does not answer freed nothing in time: it is hung,
+    /// and its messages are set aside at once for a while, those already
+    /// waiting included.
+    fn saturate(&self, mut state: MutexGuard<'_, State>, now: Instant) -> Full {
+        let newly = !state.saturated(now);
+        state.saturated_until = Some(now + SATURATED_FOR);
+        let hung = state.hung(now);
+        drop(state);
+        if newly {
+            self.freed.notify_waiters();
+        }
+        hung
+    }
+}
+
+/// What a message that finds its endpoint full learns of an endpoint that
+/// does not answer.
+enum Verdict {
+    /// A slot may still come in time.
+    Wait,
+    /// Found hung lately: set aside.
+    Hung,
+    /// Found hung now.
+    Saturate,
 }
 
 impl State {
@@ -151,11 +224,8 @@ impl State {
         self.succeeded_at.is_some_and(|at| now.duration_since(at) < within)
     }
 
-    /// The endpoint that does not answer freed nothing in time: it is hung,
-    /// and its messages are set aside at once for a while.
-    fn saturate(&mut self, now: Instant) -> Full {
-        self.saturated_until = Some(now + SATURATED_FOR);
-        self.hung(now)
+    fn saturated(&self, now: Instant) -> bool {
+        self.saturated_until.is_some_and(|until| until > now)
     }
 
     fn hung(&mut self, now: Instant) -> Full {
@@ -168,9 +238,18 @@ impl State {
 /// when its handler is dropped mid-wait).
 struct Waiter<'a>(&'a Arc<Endpoint>);
 
+impl<'a> Waiter<'a> {
+    fn new(endpoint: &'a Arc<Endpoint>, state: &mut State) -> Waiter<'a> {
+        state.waiting += 1;
+        endpoint.dispatcher.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiter(endpoint)
+    }
+}
+
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         self.0.state().waiting -= 1;
+        self.0.dispatcher.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -201,6 +280,8 @@ impl Slot {
         });
         let mut recovered = false;
         if signal == Signal::Success {
+            let dispatcher = &self.endpoint.dispatcher;
+            dispatcher.succeeded_ms.store(dispatcher.now_ms(now), Ordering::Relaxed);
             state.succeeded_at = Some(now);
             recovered = state.hung_since.take().is_some();
             state.recoveries += u64::from(recovered);
@@ -233,13 +314,21 @@ impl Drop for Slot {
 
 impl Slots {
     /// `ceiling`: `DISPATCHER_ENDPOINT_CONCURRENCY`; `wait`:
-    /// `ENDPOINT_SLOT_WAIT`; `answered_within`: `DELIVERY_TIMEOUT`.
-    pub fn new(ceiling: usize, wait: Duration, answered_within: Duration) -> Slots {
+    /// `ENDPOINT_SLOT_WAIT`; `answered_within`: `DELIVERY_TIMEOUT`;
+    /// `handlers`: the messages the dispatcher handles at once.
+    pub fn new(ceiling: usize, wait: Duration, answered_within: Duration, handlers: usize) -> Slots {
+        let dispatcher = Dispatcher {
+            waiting: AtomicUsize::new(0),
+            crowd: (handlers / 2).max(1),
+            started: Instant::now(),
+            succeeded_ms: AtomicU64::new(0),
+        };
         Slots {
             ceiling: ceiling.max(1),
             wait,
             answered_within,
             endpoints: Mutex::new(Endpoints { all: HashMap::new(), prune_at: REMEMBERED }),
+            dispatcher: Arc::new(dispatcher),
         }
     }
 
@@ -282,6 +371,7 @@ impl Slots {
                         mean_secs: None,
                     }),
                     freed: Notify::new(),
+                    dispatcher: self.dispatcher.clone(),
                 })
             })
             .clone()
@@ -294,19 +384,14 @@ impl Slots {
         if let Some(slot) = endpoint.try_take(false) {
             return Ok(slot);
         }
-        {
+        let waiter = {
             let mut state = endpoint.state();
             let now = Instant::now();
             let answering = state.answering(now, self.answered_within);
-            if !answering {
-                if state.saturated_until.is_some_and(|until| until > now) {
-                    return Err(state.hung(now));
-                }
-                // Nothing freed for a whole wait (the first attempts of an
-                // endpoint that hangs, before any of them has ended).
-                if now.duration_since(state.progress_at) > self.wait {
-                    return Err(state.saturate(now));
-                }
+            match self.verdict(&state, now) {
+                Verdict::Wait => {}
+                Verdict::Hung => return Err(state.hung(now)),
+                Verdict::Saturate => return Err(endpoint.saturate(state, now)),
             }
             // Slots free at about `limit / mean` a second; this message
             // comes after the ones already waiting. An endpoint that
@@ -318,28 +403,70 @@ impl Slots {
             if !growing && expected.is_some_and(|secs| secs > self.wait.as_secs_f64()) {
                 return Err(Full::Busy);
             }
-            state.waiting += 1;
-        }
-        let waiter = Waiter(&endpoint);
+            Waiter::new(&endpoint, &mut state)
+        };
         let slot = self.wait_for(&endpoint).await;
         drop(waiter);
-        slot.ok_or_else(|| {
-            let mut state = endpoint.state();
-            let now = Instant::now();
-            if state.answering(now, self.answered_within) { Full::Busy } else { state.saturate(now) }
-        })
+        slot
     }
 
-    async fn wait_for(&self, endpoint: &Arc<Endpoint>) -> Option<Slot> {
+    /// Whether a message may wait at the full endpoint, judged by how it
+    /// answers: an endpoint that answered a success lately always may (it
+    /// is slow, not hung). One that did not is hung when it was found hung
+    /// lately, freed nothing for a whole wait, or, while waiting messages
+    /// crowd the dispatcher and other endpoints answer, freed nothing for a
+    /// share of it.
+    fn verdict(&self, state: &State, now: Instant) -> Verdict {
+        if state.answering(now, self.answered_within) {
+            return Verdict::Wait;
+        }
+        if state.saturated(now) {
+            return Verdict::Hung;
+        }
+        let idle = now.duration_since(state.progress_at);
+        let crowded = || self.dispatcher.crowded(now, self.wait);
+        // Nothing freed for a whole wait: the first attempts of an endpoint
+        // that hangs, before any of them has ended.
+        if idle > self.wait || (idle >= self.wait / CROWDED_SHARE && crowded()) {
+            return Verdict::Saturate;
+        }
+        Verdict::Wait
+    }
+
+    /// Waits for a slot at the endpoint until the wait is over, looking
+    /// again at the endpoint's verdict at least every share of the wait (the
+    /// dispatcher may become crowded meanwhile).
+    async fn wait_for(&self, endpoint: &Arc<Endpoint>) -> Result<Slot, Full> {
         let deadline = Instant::now() + self.wait;
+        let share = self.wait / CROWDED_SHARE;
         loop {
             let freed = endpoint.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             if let Some(slot) = endpoint.try_take(true) {
-                return Some(slot);
+                return Ok(slot);
             }
-            tokio::time::timeout_at(deadline, freed).await.ok()?;
+            let next = {
+                let now = Instant::now();
+                let mut state = endpoint.state();
+                match self.verdict(&state, now) {
+                    Verdict::Wait if now >= deadline => {
+                        // A wait in vain: slow if it answered lately, else hung.
+                        return Err(match state.answering(now, self.answered_within) {
+                            true => Full::Busy,
+                            false => endpoint.saturate(state, now),
+                        });
+                    }
+                    Verdict::Wait => {}
+                    Verdict::Hung => return Err(state.hung(now)),
+                    Verdict::Saturate => return Err(endpoint.saturate(state, now)),
+                }
+                // The next look: when the endpoint will have freed nothing
+                // for a share of the wait, or a share from now once it has.
+                let idle_at_share = state.progress_at + share;
+                if idle_at_share > now { idle_at_share } else { now + share }.min(deadline)
+            };
+            let _ = tokio::time::timeout_at(next, freed).await;
         }
     }
 
@@ -364,6 +491,9 @@ mod tests {
     /// `DELIVERY_TIMEOUT`.
     const TIMEOUT: Duration = Duration::from_secs(10);
 
+    /// `DISPATCHER_CONCURRENCY`.
+    const HANDLERS: usize = 256;
+
     fn limit_after(slots: &Slots, signals: &[Signal]) -> usize {
         for signal in signals {
             let slot = slots.endpoint("e").try_take(false).expect("a free slot");
@@ -374,16 +504,16 @@ mod tests {
 
     #[test]
     fn successes_raise_the_limit_up_to_the_ceiling() {
-        let slots = Slots::new(6, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(6, Duration::from_secs(1), TIMEOUT, HANDLERS);
         assert_eq!(slots.limit("e"), FIRST_LIMIT);
         assert_eq!(limit_after(&slots, &[Signal::Success]), FIRST_LIMIT + 1);
         assert_eq!(limit_after(&slots, &[Signal::Success; 10]), 6);
-        assert_eq!(Slots::new(2, Duration::from_secs(1), TIMEOUT).limit("e"), 2, "never above the ceiling");
+        assert_eq!(Slots::new(2, Duration::from_secs(1), TIMEOUT, HANDLERS).limit("e"), 2, "never above the ceiling");
     }
 
     #[test]
     fn overload_halves_the_limit_once_per_burst() {
-        let slots = Slots::new(32, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(32, Duration::from_secs(1), TIMEOUT, HANDLERS);
         limit_after(&slots, &[Signal::Success; 28]);
         assert_eq!(slots.limit("e"), 32);
         // Four attempts under way when the endpoint starts to time out.
@@ -424,7 +554,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_waiting_message_not_a_newcomer() {
-        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT));
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS));
         let held = slots.take("e").await.expect("the first slot");
         let waiter = waiting_message(&slots).await;
         drop(held);
@@ -435,7 +565,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_dropped_while_waiting_is_no_longer_counted() {
-        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT));
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS));
         let _held = slots.take("e").await.unwrap();
         let waiter = waiting_message(&slots).await;
         assert_eq!(slots.endpoint("e").state().waiting, 1);
@@ -446,7 +576,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_does_not_wait_for_a_slot_that_will_not_come_in_time() {
-        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS);
         // The endpoint's attempts take ten seconds (it hangs to the timeout).
         let slot = slots.take("e").await.unwrap();
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -460,7 +590,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_endpoint_that_freed_nothing_for_a_wait_parks_at_once() {
-        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS);
         // Idle for long, then busy: its first attempt may still free a slot.
         tokio::time::sleep(Duration::from_secs(60)).await;
         let held = slots.take("e").await.unwrap();
@@ -480,7 +610,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_in_vain_marks_the_endpoint_saturated() {
-        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS);
         let _held = slots.take("e").await.unwrap();
         let started = Instant::now();
         assert_eq!(slots.take("e").await.err(), Some(Full::Hung { since: Duration::ZERO, recoveries: 0 }));
@@ -495,7 +625,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_endpoint_that_answered_lately_is_slow_not_hung() {
-        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS);
         let held = slots.take("e").await.unwrap();
         held.report(Signal::Success);
         // Its next attempt takes long; nothing is freed for a whole wait.
@@ -505,10 +635,61 @@ mod tests {
         assert!(matches!(slots.take("e").await, Err(Full::Hung { .. })), "no success for a delivery timeout");
     }
 
+    /// How long each of `waiting` messages waits at `e`, whose one attempt
+    /// hangs, in a dispatcher of eight handlers: before them, endpoint `f`
+    /// answered when `others_answer`.
+    /// A fourth comes `late` when given.
+    async fn waits_beside_a_hanging_endpoint(
+        waiting: usize,
+        others_answer: bool,
+        late: Option<Duration>,
+    ) -> Vec<(Duration, Full)> {
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT, 8));
+        if others_answer {
+            slots.take("f").await.unwrap().report(Signal::Success);
+        }
+        let _hangs = slots.take("e").await.unwrap();
+        let message = |after: Duration| {
+            let slots = slots.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let started = Instant::now();
+                let full = slots.take("e").await.expect_err("no slot");
+                (started.elapsed(), full)
+            })
+        };
+        let messages: Vec<_> = (0..waiting).map(|_| Duration::ZERO).chain(late).map(message).collect();
+        let mut waits = Vec::new();
+        for message in messages {
+            waits.push(message.await.unwrap());
+        }
+        waits
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_crowding_the_dispatcher_at_a_hanging_endpoint_are_set_aside_sooner() {
+        let hung = Full::Hung { since: Duration::ZERO, recoveries: 0 };
+        // Half the handlers wait there while another endpoint answers: a
+        // quarter of the wait, and all of them go at once.
+        let quarter = Duration::from_millis(250);
+        assert_eq!(waits_beside_a_hanging_endpoint(4, true, None).await, vec![(quarter, hung); 4]);
+        // Three wait; a fourth, later, finds them crowding: it is set
+        // aside at once, and so are they, without waiting out their wait.
+        let late = Duration::from_millis(300);
+        let waits = waits_beside_a_hanging_endpoint(3, true, Some(late)).await;
+        assert_eq!(waits, [vec![(late, hung); 3], vec![(Duration::ZERO, hung)]].concat());
+        // Fewer wait, or no other endpoint answers (a dispatcher starting
+        // on one endpoint's backlog, slowed by its handshakes): the whole
+        // wait, as it may still answer.
+        let second = Duration::from_secs(1);
+        assert_eq!(waits_beside_a_hanging_endpoint(3, true, None).await, vec![(second, hung); 3]);
+        assert_eq!(waits_beside_a_hanging_endpoint(4, false, None).await, vec![(second, hung); 4]);
+    }
+
     /// `e` full at a limit of 5 after one success, with attempts that took
     /// 10 s: a newcomer expects a wait of 2 s for a slot.
     async fn slow_first_answers(ceiling: usize) -> (Arc<Slots>, Vec<Slot>) {
-        let slots = Arc::new(Slots::new(ceiling, Duration::from_secs(1), TIMEOUT));
+        let slots = Arc::new(Slots::new(ceiling, Duration::from_secs(1), TIMEOUT, HANDLERS));
         let mut held: Vec<Slot> = (0..FIRST_LIMIT).map(|_| slots.endpoint("e").try_take(false).unwrap()).collect();
         tokio::time::sleep(Duration::from_secs(9)).await;
         held[0].report(Signal::Success);
@@ -529,7 +710,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_success_after_a_hang_says_the_endpoint_recovered() {
-        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT);
+        let slots = Slots::new(1, Duration::from_secs(1), TIMEOUT, HANDLERS);
         let held = slots.take("e").await.unwrap();
         let Err(Full::Hung { recoveries, .. }) = slots.take("e").await else { panic!("not hung") };
         assert!(!held.report(Signal::Overload), "still hung");
