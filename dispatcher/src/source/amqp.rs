@@ -272,7 +272,7 @@ impl LaneConsumer {
             )
             .await
             .with_context(|| format!("consume the {} lane", lane.as_str()))?;
-        let (settler, settling) = Settler::start(channel.clone());
+        let (settler, settling) = Settler::start(channel.clone(), context.delivery.dispatcher_prefetch);
         let session = Arc::new(Session { topology: topology.clone(), publisher: publisher.clone(), settler });
         Ok(LaneConsumer { channel, consumer, tag, session, settling })
     }
