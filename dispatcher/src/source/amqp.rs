@@ -228,10 +228,13 @@ pub async fn session(
         }
     }
     handlers.finish(context.delivery.shutdown_timeout, "their messages go back to the queue").await;
-    // Send the acks of what finished before the channels close.
+    // Send the acks of what finished, then close each channel before the
+    // connection: a channel dropped open is closed in the background, which
+    // fails (and is logged as a connection error) once the connection closes.
     for lane in [default, bulk] {
         drop(lane.session);
         let _ = tokio::time::timeout(Duration::from_secs(5), lane.settling).await;
+        let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, lane.channel.close(200, "bye".into())).await;
     }
     broker_up.send_replace(false);
     let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
