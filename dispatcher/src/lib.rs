@@ -122,12 +122,14 @@ async fn check_key(store: &Store, cipher: &KeyCipher) -> anyhow::Result<()> {
 
 /// The handler context over `store`, with the delivery client and an empty
 /// endpoint cache; `writers` tracks the recorder, which drains on shutdown.
+/// `handlers`: the messages the source hands out at once.
 async fn context(
     common: &CommonConfig,
     delivery: &DeliveryConfig,
     store: Store,
     metrics: Arc<Metrics>,
     writers: &TaskTracker,
+    handlers: usize,
 ) -> anyhow::Result<Arc<Context>> {
     let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
     check_key(&store, &cipher).await?;
@@ -153,7 +155,7 @@ async fn context(
             delivery.dispatcher_endpoint_concurrency,
             delivery.endpoint_slot_wait,
             common.delivery_timeout,
-            delivery.dispatcher_concurrency.min(usize::from(delivery.dispatcher_prefetch)),
+            handlers,
         ),
     }))
 }
@@ -168,7 +170,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);
     let writers = TaskTracker::new();
-    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers).await?;
+    // Two lanes, each with its own prefetch window, share the handlers.
+    let handlers = config.delivery.dispatcher_concurrency.min(2 * usize::from(config.delivery.dispatcher_prefetch));
+    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers, handlers).await?;
 
     let health_stop = CancellationToken::new();
     tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
@@ -220,7 +224,8 @@ pub async fn start_embedded(
 ) -> anyhow::Result<impl Future<Output = anyhow::Result<()>> + Send + use<>> {
     delivery.validate().map_err(anyhow::Error::msg)?;
     let writers = TaskTracker::new();
-    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers).await?;
+    let handlers = delivery.dispatcher_concurrency;
+    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers, handlers).await?;
     Ok(async move {
         let result = source::embedded::run(context.clone(), store, shutdown).await;
         drop(context);

@@ -247,6 +247,10 @@ mod tests {
         let singles = (2..=5).map(|tag| Frame::Ack { tag, multiple: false }).collect::<Vec<_>>();
         assert_eq!(frames(planned), singles, "a fourth: they go, each on its own");
         assert_eq!(held.due, None);
+        // The session ends: whatever is held goes.
+        assert!(plan(&[(6, Fate::Ack)], &in_flight, &mut held, now, 3).is_empty());
+        let planned = plan(&[], &in_flight, &mut held, now, 0);
+        assert_eq!(frames(planned), vec![Frame::Ack { tag: 6, multiple: false }]);
         assert_eq!(held_at_most(256), 64);
     }
 }

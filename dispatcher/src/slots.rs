@@ -464,7 +464,8 @@ impl Slots {
                 // The next look: when the endpoint will have freed nothing
                 // for a share of the wait, or a share from now once it has.
                 let idle_at_share = state.progress_at + share;
-                if idle_at_share > now { idle_at_share } else { now + share }.min(deadline)
+                let next = if idle_at_share > now { idle_at_share } else { now + share };
+                next.min(deadline)
             };
             let _ = tokio::time::timeout_at(next, freed).await;
         }
@@ -684,6 +685,34 @@ mod tests {
         let second = Duration::from_secs(1);
         assert_eq!(waits_beside_a_hanging_endpoint(3, true, None).await, vec![(second, hung); 3]);
         assert_eq!(waits_beside_a_hanging_endpoint(4, false, None).await, vec![(second, hung); 4]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_waiting_at_a_hanging_endpoint_see_a_crowd_gather_elsewhere() {
+        let slots = Arc::new(Slots::new(1, Duration::from_secs(1), TIMEOUT, 8));
+        // `g` answered and is full: messages wait there (it is slow, not hung).
+        let answered = slots.take("g").await.unwrap();
+        answered.report(Signal::Success);
+        let _hangs = slots.take("e").await.unwrap();
+        let message = |endpoint: &'static str, after: Duration| {
+            let slots = slots.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let started = Instant::now();
+                (slots.take(endpoint).await.err(), started.elapsed())
+            })
+        };
+        // Two wait at `e`, not a crowd yet; at 300 ms two more wait at `g`:
+        // half the handlers. `e`'s messages see it at their next look.
+        let at_e = [message("e", Duration::ZERO), message("e", Duration::ZERO)];
+        let at_g = [message("g", Duration::from_millis(300)), message("g", Duration::from_millis(300))];
+        for waiting in at_e {
+            let hung = Full::Hung { since: Duration::ZERO, recoveries: 0 };
+            assert_eq!(waiting.await.unwrap(), (Some(hung), Duration::from_millis(500)));
+        }
+        for waiting in at_g {
+            waiting.abort();
+        }
     }
 
     /// `e` full at a limit of 5 after one success, with attempts that took

@@ -59,8 +59,10 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
     // re-arm the delivery with a new generation and a message of their own),
     // by success, or by a newer attempt. Then it goes no further. Fresh first
     // attempts skip this read (theirs is the hot path): the sweeper only
-    // re-arms deliveries due for longer than `SWEEP_INTERVAL`.
-    if message.attempt > 1 || !fresh(&message) {
+    // re-arms deliveries due for longer than `SWEEP_INTERVAL`. Unless the
+    // message comes again from a dispatcher that stopped or lost its broker
+    // connection: its attempt may be recorded already, its ack not sent.
+    if message.attempt > 1 || !fresh(&message) || ticket.redelivered() {
         let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
         let question = StandingQuestion { delivery_id: message.delivery_id, generation: message.generation, attempt };
         match context.standings.ask(question).await {

@@ -35,6 +35,10 @@ use crate::{
 /// that stops answering must not stall a dispatcher or its shutdown.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a stopping session may send its last acks and close its
+/// channels; what it could not ack comes back to the queue.
+const LAST_SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the handlers of one lane's consumer share.
 #[derive(Debug)]
 struct Session {
@@ -49,15 +53,29 @@ struct Session {
 pub struct AmqpTicket {
     tag: u64,
     session: Arc<Session>,
+    /// Handed out before, to a consumer that did not settle it (one that
+    /// stopped or lost its connection).
+    pub(super) redelivered: bool,
+    settled: bool,
 }
 
 impl AmqpTicket {
+    fn new(delivery: &lapin::message::Delivery, session: Arc<Session>) -> AmqpTicket {
+        session.settler.received(delivery.delivery_tag);
+        AmqpTicket { tag: delivery.delivery_tag, session, redelivered: delivery.redelivered, settled: false }
+    }
+
+    fn settle(mut self, fate: Fate) {
+        self.settled = true;
+        self.session.settler.settle(self.tag, fate);
+    }
+
     pub(super) fn ack(self) {
-        self.session.settler.settle(self.tag, Fate::Ack);
+        self.settle(Fate::Ack);
     }
 
     pub(super) fn requeue(self) {
-        self.session.settler.settle(self.tag, Fate::Requeue);
+        self.settle(Fate::Requeue);
     }
 
     pub(super) async fn publish_retry(&self, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
@@ -112,7 +130,19 @@ impl AmqpTicket {
 
     /// Rejects the message, which the work queue dead-letters to `{p}.dead`.
     pub(super) fn dead_letter(self) {
-        self.session.settler.settle(self.tag, Fate::Reject);
+        self.settle(Fate::Reject);
+    }
+}
+
+impl Drop for AmqpTicket {
+    /// A handler that ended without settling its message (it panicked, or
+    /// was abandoned at shutdown) hands it back to the queue at once: left
+    /// in flight, it would keep its place in the prefetch window and send
+    /// every later ack of the session on its own.
+    fn drop(&mut self) {
+        if !self.settled {
+            self.session.settler.settle(self.tag, Fate::Requeue);
+        }
     }
 }
 
@@ -211,9 +241,11 @@ pub async fn session(
         };
         match next {
             Some(Ok(delivery)) => {
-                session.settler.received(delivery.delivery_tag);
-                let ticket = AmqpTicket { tag: delivery.delivery_tag, session: session.clone() };
-                let Some(message) = parse(&context, &delivery.data, &ticket) else { continue };
+                let ticket = AmqpTicket::new(&delivery, session.clone());
+                let Some(message) = parse(&context, &delivery.data) else {
+                    ticket.dead_letter();
+                    continue;
+                };
                 handlers.spawn(context.clone(), message, Ticket::Amqp(ticket), (slot, bulk_slot));
             }
             Some(Err(error)) => break Err(anyhow::Error::new(error).context(format!("{} consumer", lane.as_str()))),
@@ -231,11 +263,13 @@ pub async fn session(
     // Send the acks of what finished, then close each channel before the
     // connection: a channel dropped open is closed in the background, which
     // fails (and is logged as a connection error) once the connection closes.
-    for lane in [default, bulk] {
+    // Both lanes at once, within one bound, however the broker answers.
+    let close = |lane: LaneConsumer| async move {
         drop(lane.session);
-        let _ = tokio::time::timeout(Duration::from_secs(5), lane.settling).await;
-        let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, lane.channel.close(200, "bye".into())).await;
-    }
+        let _ = lane.settling.await;
+        let _ = lane.channel.close(200, "bye".into()).await;
+    };
+    let _ = tokio::time::timeout(LAST_SETTLE_TIMEOUT, futures::future::join(close(default), close(bulk))).await;
     broker_up.send_replace(false);
     let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
     result
@@ -283,13 +317,12 @@ impl LaneConsumer {
 
 /// The delivery a message asks for; a message that is not one goes to the
 /// dead-letter queue.
-fn parse(context: &Context, data: &[u8], ticket: &AmqpTicket) -> Option<DeliveryMessage> {
+fn parse(context: &Context, data: &[u8]) -> Option<DeliveryMessage> {
     match serde_json::from_slice::<Envelope>(data) {
         Ok(Envelope { message: Message::Delivery(message), .. }) => Some(message),
         Ok(_) | Err(_) => {
             tracing::error!(bytes = data.len(), "unprocessable message; moved to the dead-letter queue");
             context.metrics.outcome("dead_lettered");
-            ticket.session.settler.settle(ticket.tag, Fate::Reject);
             None
         }
     }

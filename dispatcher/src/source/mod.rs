@@ -74,6 +74,15 @@ pub enum Ticket {
 }
 
 impl Ticket {
+    /// Whether the queue handed this message out before, to a consumer that
+    /// did not settle it: its attempt may have been made and recorded.
+    pub fn redelivered(&self) -> bool {
+        match self {
+            Ticket::Amqp(ticket) => ticket.redelivered,
+            Ticket::Embedded(_) => false,
+        }
+    }
+
     /// Arranges the attempt `next` after `delay`, before the outcome is
     /// recorded: RabbitMQ needs the retry message published (confirmed) first;
     /// the embedded queue takes it from the recorded next attempt time.
