@@ -127,7 +127,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         }
     }
 
-    let slot = match context.slots.take(&endpoint.id).await {
+    let mut slot = match context.slots.take(&endpoint.id).await {
         Ok(slot) => slot,
         // A message forced by `send` is never set aside: it would come
         // back without its `force`.
@@ -153,6 +153,9 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             return park(context, ticket, &message, "cannot book the pace").await;
         }
     }
+    // The endpoint's mean attempt duration, which tells whether a slot comes
+    // in time, counts from here: not the wait for the pace.
+    slot.begin();
 
     if message.attempt == 1 {
         let lag = (Utc::now() - message.event_created_at).to_std().unwrap_or_default();

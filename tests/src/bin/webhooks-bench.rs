@@ -55,7 +55,12 @@
 //!    deliveries/s each time and their ratio, how often the hanging
 //!    endpoints' messages were parked in a retry queue or set aside in the
 //!    store, and the attempts they got;
-//! 7. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
+//! 7. pace: `BENCH_PACE` × 10 deliveries to one endpoint paced at
+//!    `BENCH_PACE` per second (50), sent before two dispatchers start on them
+//!    together: the rate the receiver sees from its first arrival to its last
+//!    (and its error against the limit), the most arrivals within any one
+//!    second, and the messages put back to wait for their start or a slot;
+//! 8. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
 //!    end with the bench's producer to the in-process receiver and with wrk to
 //!    nginx (CPU: the one process and nginx), and the latency to each.
 //!
@@ -67,13 +72,13 @@
 //! p50 ≤ 50 ms and p99 ≤ 1 s; beside hanging endpoints, healthy ones keep
 //! ≥ 90% of their deliveries/s.
 //!
-//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,standalone`: the
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,standalone`: the
 //! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
 //! one per core), `BENCH_BACKLOG` (50000), `BENCH_FAIR_RATE` (20 events/s) and
-//! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging).
+//! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging), `BENCH_PACE` (50 per second).
 
 use std::{
     path::{Path, PathBuf},
@@ -770,6 +775,48 @@ async fn isolation(
     Ok(isolation)
 }
 
+/// Figures of the pace phase.
+struct Pace {
+    /// Deliveries per second from the first arrival to the last.
+    per_s: f64,
+    /// The most deliveries that arrived within any one second.
+    busiest: usize,
+}
+
+/// Pace: `events` deliveries to one endpoint paced at `limit` per second,
+/// all sent before two dispatchers start on them together: the rate the
+/// receiver sees, and its busiest second.
+async fn pace(
+    system: &Distributed<'_>,
+    receiver: &tests::Receiver,
+    developer_id: &str,
+    (limit, events, concurrency): (u64, u64, u64),
+) -> anyhow::Result<Pace> {
+    ingest(system.client, system.ingest_url, developer_id, events, concurrency).await?;
+    wait_outbox_empty(system.pool).await?;
+    let dispatchers = system.stack.spawn_dispatchers_at(2).await?;
+    let expected = usize::try_from(events)?;
+    let requests = receiver.wait_for_within(expected, Duration::from_secs(events / limit * 3 + 60)).await?;
+    // Messages put back to wait for their start, or for a slot.
+    let (mut paced, mut deferred) = (0.0, 0.0);
+    for (child, port) in dispatchers {
+        paced += dispatcher_outcome(system.client, port, "paced").await?;
+        deferred += dispatcher_outcome(system.client, port, "deferred").await?;
+        stop(child).await;
+    }
+    let mut at: Vec<i64> = requests.iter().map(tests::RecordedRequest::received_at_ms).collect();
+    at.sort_unstable();
+    let span_s = (at[at.len() - 1] - at[0]) as f64 / 1000.0;
+    let per_s = (at.len() - 1) as f64 / span_s;
+    let busiest = (0..at.len()).map(|i| at[i..].partition_point(|&t| t < at[i] + 1000)).max().unwrap_or(0);
+    let error = (per_s / limit as f64 - 1.0) * 100.0;
+    out(&format!(
+        "pace: one endpoint at {limit}/s, two dispatchers, {} deliveries: {per_s:.1}/s from first to last ({error:+.1}% of the limit), at most {busiest} within one second; {paced} messages put back to wait for their start, {deferred} for a slot",
+        at.len()
+    ));
+    Ok(Pace { per_s, busiest })
+}
+
 /// Figures of a saturated end-to-end run.
 struct EndToEnd {
     per_s: f64,
@@ -1304,12 +1351,35 @@ async fn main() -> anyhow::Result<()> {
         bench.row("    attempts the hanging endpoints got", isolated.hanging_attempts.to_string(), "");
     }
 
+    // 7. Pace: one paced endpoint, two dispatchers.
+    if phase("pace") {
+        let limit = knob("BENCH_PACE", 50).max(1);
+        let (paced_key, paced_developer) = create_key(stack.command("webhooks-api"), "bench-paced").await?;
+        let paced = tests::Receiver::start(&ca).await?;
+        let endpoint_id = active_endpoint(&client, &stack.api_url, &paced_key, &paced.url()).await?;
+        client
+            .put(format!("{}/webhooks/{endpoint_id}", stack.api_url))
+            .header("Api-Key", &paced_key)
+            .json(&json!({"rate_limit_per_second": limit}))
+            .send()
+            .await?
+            .error_for_status()?;
+        let paced = pace(&system, &paced, &paced_developer, (limit, limit * 10, concurrency)).await?;
+        let error = (paced.per_s / limit as f64 - 1.0) * 100.0;
+        bench.row(
+            format!("  pace: one endpoint at {limit}/s, two dispatchers, deliveries/s"),
+            format!("{:.1} ({error:+.1}%)", paced.per_s),
+            "",
+        );
+        bench.row("    most within one second", paced.busiest.to_string(), "");
+    }
+
     stop(api).await;
     pool.close().await;
     database.remove().await;
     queues.remove().await;
 
-    // 7. Standalone mode: the same end to end and latency, one process.
+    // 8. Standalone mode: the same end to end and latency, one process.
     if phase("standalone") {
         standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
     }
