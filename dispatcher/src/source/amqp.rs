@@ -35,8 +35,8 @@ use crate::{
 /// that stops answering must not stall a dispatcher or its shutdown.
 const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a stopping session may send its last acks and close its
-/// channels; what it could not ack comes back to the queue.
+/// How long a stopping session may take to send its last acks, and then to
+/// close its channels; what it could not ack comes back to the queue.
 const LAST_SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the handlers of one lane's consumer share.
@@ -53,8 +53,8 @@ struct Session {
 pub struct AmqpTicket {
     tag: u64,
     session: Arc<Session>,
-    /// Handed out before, to a consumer that did not settle it (one that
-    /// stopped or lost its connection).
+    /// Handed out before and not acked: its consumer stopped, lost its
+    /// connection or requeued it.
     pub(super) redelivered: bool,
     settled: bool,
 }
@@ -263,13 +263,18 @@ pub async fn session(
     // Send the acks of what finished, then close each channel before the
     // connection: a channel dropped open is closed in the background, which
     // fails (and is logged as a connection error) once the connection closes.
-    // Both lanes at once, within one bound, however the broker answers.
-    let close = |lane: LaneConsumer| async move {
+    // Both lanes at once, each step within its bound, however the broker
+    // answers.
+    let (mut last_acks, mut open) = (Vec::new(), Vec::new());
+    for lane in [default, bulk] {
         drop(lane.session);
-        let _ = lane.settling.await;
-        let _ = lane.channel.close(200, "bye".into()).await;
-    };
-    let _ = tokio::time::timeout(LAST_SETTLE_TIMEOUT, futures::future::join(close(default), close(bulk))).await;
+        last_acks.push(lane.settling);
+        open.push((lane.channel, lane.consumer));
+    }
+    let _ = tokio::time::timeout(LAST_SETTLE_TIMEOUT, futures::future::join_all(last_acks)).await;
+    let closes = open.iter().map(|(channel, _)| channel.close(200, "bye".into()));
+    let _ = tokio::time::timeout(LAST_SETTLE_TIMEOUT, futures::future::join_all(closes)).await;
+    drop(open);
     broker_up.send_replace(false);
     let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, connection.close(200, "bye".into())).await;
     result
