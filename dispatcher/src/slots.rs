@@ -99,25 +99,25 @@ pub struct Slots {
     /// An endpoint that answered a success within this long is not hung.
     answered_within: Duration,
     endpoints: Mutex<Endpoints>,
-    dispatcher: Arc<Dispatcher>,
+    crowd: Arc<Crowd>,
 }
 
-/// What the endpoints share: the dispatcher's handlers, held by waiting
-/// messages too.
+/// What the endpoints share: how many of the dispatcher's handlers wait
+/// for a slot, and whether any endpoint answers.
 #[derive(Debug)]
-struct Dispatcher {
+struct Crowd {
     /// Messages waiting for a slot, at any endpoint.
     waiting: AtomicUsize,
     /// Half the dispatcher's handlers: more messages waiting than this crowd
     /// out those of the endpoints that answer.
-    crowd: usize,
+    threshold: usize,
     started: Instant,
     /// When an endpoint last answered a success, in milliseconds since
     /// `started` (0: none yet).
     succeeded_ms: AtomicU64,
 }
 
-impl Dispatcher {
+impl Crowd {
     fn now_ms(&self, now: Instant) -> u64 {
         u64::try_from(now.duration_since(self.started).as_millis()).unwrap_or(u64::MAX).max(1)
     }
@@ -126,7 +126,7 @@ impl Dispatcher {
     /// endpoint answered a success within `within`.
     fn crowded(&self, now: Instant, within: Duration) -> bool {
         let succeeded = self.succeeded_ms.load(Ordering::Relaxed);
-        self.waiting.load(Ordering::Relaxed) >= self.crowd
+        self.waiting.load(Ordering::Relaxed) >= self.threshold
             && succeeded > 0
             && Duration::from_millis(self.now_ms(now).saturating_sub(succeeded)) < within
     }
@@ -146,7 +146,7 @@ struct Endpoint {
     /// Notified once when a slot is freed, and to every waiting message
     /// when the endpoint is found hung.
     freed: Notify,
-    dispatcher: Arc<Dispatcher>,
+    crowd: Arc<Crowd>,
 }
 
 #[derive(Debug)]
@@ -241,7 +241,7 @@ struct Waiter<'a>(&'a Arc<Endpoint>);
 impl<'a> Waiter<'a> {
     fn new(endpoint: &'a Arc<Endpoint>, state: &mut State) -> Waiter<'a> {
         state.waiting += 1;
-        endpoint.dispatcher.waiting.fetch_add(1, Ordering::Relaxed);
+        endpoint.crowd.waiting.fetch_add(1, Ordering::Relaxed);
         Waiter(endpoint)
     }
 }
@@ -249,7 +249,7 @@ impl<'a> Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         self.0.state().waiting -= 1;
-        self.0.dispatcher.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.0.crowd.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -280,8 +280,8 @@ impl Slot {
         });
         let mut recovered = false;
         if signal == Signal::Success {
-            let dispatcher = &self.endpoint.dispatcher;
-            dispatcher.succeeded_ms.store(dispatcher.now_ms(now), Ordering::Relaxed);
+            let crowd = &self.endpoint.crowd;
+            crowd.succeeded_ms.store(crowd.now_ms(now), Ordering::Relaxed);
             state.succeeded_at = Some(now);
             recovered = state.hung_since.take().is_some();
             state.recoveries += u64::from(recovered);
@@ -317,9 +317,9 @@ impl Slots {
     /// `ENDPOINT_SLOT_WAIT`; `answered_within`: `DELIVERY_TIMEOUT`;
     /// `handlers`: the messages the dispatcher handles at once.
     pub fn new(ceiling: usize, wait: Duration, answered_within: Duration, handlers: usize) -> Slots {
-        let dispatcher = Dispatcher {
+        let crowd = Crowd {
             waiting: AtomicUsize::new(0),
-            crowd: (handlers / 2).max(1),
+            threshold: (handlers / 2).max(1),
             started: Instant::now(),
             succeeded_ms: AtomicU64::new(0),
         };
@@ -328,7 +328,7 @@ impl Slots {
             wait,
             answered_within,
             endpoints: Mutex::new(Endpoints { all: HashMap::new(), prune_at: REMEMBERED }),
-            dispatcher: Arc::new(dispatcher),
+            crowd: Arc::new(crowd),
         }
     }
 
@@ -371,7 +371,7 @@ impl Slots {
                         mean_secs: None,
                     }),
                     freed: Notify::new(),
-                    dispatcher: self.dispatcher.clone(),
+                    crowd: self.crowd.clone(),
                 })
             })
             .clone()
@@ -424,7 +424,7 @@ impl Slots {
             return Verdict::Hung;
         }
         let idle = now.duration_since(state.progress_at);
-        let crowded = || self.dispatcher.crowded(now, self.wait);
+        let crowded = || self.crowd.crowded(now, self.wait);
         // Nothing freed for a whole wait: the first attempts of an endpoint
         // that hangs, before any of them has ended.
         if idle > self.wait || (idle >= self.wait / CROWDED_SHARE && crowded()) {

@@ -6,7 +6,8 @@
 mod common;
 
 use common::*;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use futures::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
 use shared::broker::{self, DeliveryMessage, Envelope, Message};
 use tests::{ApiOptions, Reply, TestApi, WAIT};
 
@@ -120,6 +121,45 @@ async fn a_duplicate_retry_does_not_fork_the_retry_chain() {
     let attempts: Vec<_> = entries.iter().map(|l| l["attempt"].clone()).collect();
     assert_eq!(attempts, [3, 2, 1], "one chain of attempts: {entries:?}");
     assert_eq!(receiver.count(), 3);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_first_attempt_the_broker_hands_out_again_is_not_made_again() {
+    let api = TestApi::start().await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+    dispatcher.stop().await.unwrap();
+
+    // A dispatcher that recorded the attempt and died before its ack: the
+    // broker hands the message out again, marked redelivered.
+    publish(&api, &message(&api, &event, &endpoint, 1).await).await;
+    let connection = broker::connect(&api.amqp_url, "duplicates test").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel.basic_qos(1, BasicQosOptions::default()).await.unwrap();
+    let queue = format!("{}.deliveries", api.prefix);
+    let mut consumer = channel
+        .basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), Default::default())
+        .await
+        .unwrap();
+    let taken = consumer.next().await.expect("the copy").unwrap();
+    assert!(!taken.redelivered);
+    let _ = connection.close(200, "died before the ack".into()).await;
+
+    dispatcher = api.start_dispatcher().await.unwrap();
+    eventually("the copy is dropped", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if outcome(&text, "superseded") >= 1.0 { Ok(()) } else { Err(text) }
+    })
+    .await;
+    assert_eq!(receiver.count(), 1, "sent once: {:?}", received_ids(&receiver));
+    assert_eq!(logs(&api, &key, &endpoint, "").await.len(), 1, "one attempt logged");
 
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();

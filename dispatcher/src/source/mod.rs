@@ -74,8 +74,9 @@ pub enum Ticket {
 }
 
 impl Ticket {
-    /// Whether the queue handed this message out before, to a consumer that
-    /// did not settle it: its attempt may have been made and recorded.
+    /// Whether the queue handed this message out before without an ack (its
+    /// consumer stopped, lost its connection or requeued it): its attempt
+    /// may have been made and recorded.
     pub fn redelivered(&self) -> bool {
         match self {
             Ticket::Amqp(ticket) => ticket.redelivered,

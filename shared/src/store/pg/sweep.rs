@@ -93,9 +93,7 @@ impl PgStore {
         let margin = older_than.as_secs_f64();
         let mut tx = self.pool.begin().await?;
         // Only stranded deliveries can be hopeless.
-        let failed = if !stranded {
-            0
-        } else {
+        let failed = if stranded {
             sqlx::query(&format!(
             "WITH hopeless AS ({owed}),
                   failed AS (
@@ -114,6 +112,8 @@ impl PgStore {
             .execute(&mut *tx)
             .await?
             .rows_affected()
+        } else {
+            0
         };
         let which = if stranded { STRANDED_OR_SET_ASIDE } else { SET_ASIDE };
         let (returned, queued): (i64, i64) = sqlx::query_as(&format!(
