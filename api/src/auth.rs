@@ -9,11 +9,9 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use shared::{
-    model::{ApiKey, Scope, scopes_grant},
-    store::hash_key,
-};
 use uuid::Uuid;
+use webhooks_model::{ApiKey, Scope, scopes_grant};
+use webhooks_store::hash_key;
 
 use crate::{error::ApiError, state::AppState};
 

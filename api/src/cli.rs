@@ -5,13 +5,11 @@ use std::{io::Write, path::Path};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use shared::{
-    config::CommonConfig,
-    model::ApiKeyType,
-    store::{Store, sqlite::SqliteStore},
-};
 use tokio::net::TcpListener;
 use uuid::Uuid;
+use webhooks_config::CommonConfig;
+use webhooks_model::ApiKeyType;
+use webhooks_store::{Store, sqlite::SqliteStore};
 
 use crate::config::StandaloneConfig;
 
@@ -95,7 +93,7 @@ struct SendArgs {
     internal_url: String,
     /// The service's `INTERNAL_TOKEN`, when it runs with one.
     #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
-    internal_token: Option<shared::config::Secret>,
+    internal_token: Option<webhooks_config::Secret>,
     /// Sent as `Idempotency-Key`: a repeat answers the event it made.
     #[arg(long)]
     idempotency_key: Option<String>,
@@ -209,27 +207,27 @@ pub async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Verify(args) => verify(&args),
         Command::Serve(config) => {
-            shared::telemetry::init(config.common.log_format);
-            let shutdown = shared::shutdown::on_signal();
+            webhooks_config::telemetry::init(config.common.log_format);
+            let shutdown = webhooks_config::shutdown::on_signal();
             let listeners = bind(&config).await?;
             crate::run(*config, listeners, shutdown).await
         }
         Command::Standalone(config) => {
-            shared::telemetry::init(config.api.common.log_format);
+            webhooks_config::telemetry::init(config.api.common.log_format);
             standalone(*config).await
         }
         Command::Migrate(Common { common }) => {
-            shared::telemetry::init(common.log_format);
-            shared::db::open_for_command(&common).await?;
+            webhooks_config::telemetry::init(common.log_format);
+            webhooks_store::open::open_for_command(&common).await?;
             tracing::info!("migrations applied");
             Ok(())
         }
         Command::Keys { command: KeysCommand::Create(args) } => {
-            shared::telemetry::init(args.common.log_format);
+            webhooks_config::telemetry::init(args.common.log_format);
             let name = args.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
             anyhow::ensure!(name.is_none_or(|n| n.chars().count() <= 100), "--name must be at most 100 characters");
             let scopes = crate::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
-            let store = shared::db::open_for_command(&args.common).await?;
+            let store = webhooks_store::open::open_for_command(&args.common).await?;
             let developer_id = args.developer_id.unwrap_or_else(Uuid::new_v4);
             let issued = crate::keys::issue(
                 &store,
@@ -248,34 +246,34 @@ pub async fn main() -> anyhow::Result<()> {
             let body = crate::operator::read_body(&args.file)?;
             let target = crate::operator::SendTarget {
                 internal_url: &args.internal_url,
-                token: args.internal_token.as_ref().map(shared::config::Secret::expose),
+                token: args.internal_token.as_ref().map(webhooks_config::Secret::expose),
                 idempotency_key: args.idempotency_key.as_deref(),
             };
             let event = crate::operator::send_event(&target, body).await?;
             if args.json { print(&format!("{event}\n")) } else { print(&crate::operator::render_sent(&event)) }
         }
         Command::Endpoints { command: EndpointsCommand::List(args) } => {
-            shared::telemetry::init(args.common.log_format);
+            webhooks_config::telemetry::init(args.common.log_format);
             let endpoints = crate::operator::list_endpoints(&args.common, args.developer_id).await?;
             print(&crate::operator::render_endpoints(&endpoints, args.json)?)
         }
         Command::Endpoints { command: EndpointsCommand::Logs(args) } => {
-            shared::telemetry::init(args.common.log_format);
+            webhooks_config::telemetry::init(args.common.log_format);
             anyhow::ensure!((1..=1000).contains(&args.limit), "--limit must be between 1 and 1000");
             let logs = crate::operator::endpoint_logs(&args.common, &args.endpoint_id, args.limit).await?;
             print(&crate::operator::render_logs(&logs, args.json)?)
         }
         Command::Receiver(args) => {
-            let shutdown = shared::shutdown::on_signal();
+            let shutdown = webhooks_config::shutdown::on_signal();
             crate::dev_receiver::run(args.listen, &args.dir, shutdown).await
         }
         Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
-            shared::telemetry::init(args.common.log_format);
+            webhooks_config::telemetry::init(args.common.log_format);
             let listed = crate::dead_letters::list(&args.common, args.limit).await?;
             print(&crate::dead_letters::render_list(&listed, args.json))
         }
         Command::DeadLetters { command: DeadLettersCommand::Replay(args) } => {
-            shared::telemetry::init(args.common.log_format);
+            webhooks_config::telemetry::init(args.common.log_format);
             let done = crate::dead_letters::replay(&args.common, args.limit, |done| {
                 if !args.json && done.replayed > 0 && done.replayed % 100 == 0 {
                     eprintln!("replayed {}…", done.replayed);
@@ -318,7 +316,7 @@ fn verify_files(args: &VerifyArgs) -> anyhow::Result<(String, i32)> {
         .context("the headers file must be a JSON object of header name -> string value")?;
     let body = read(&args.body)?;
     let key = String::from_utf8(read(&args.key)?).context("the key file is not text")?;
-    let key = shared::verify::ReceiverKey::parse(&key)?;
+    let key = webhooks_signature::verify::ReceiverKey::parse(&key)?;
     let now_ms = args.now_ms.unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
     Ok(match key.verify(&headers, &body, now_ms) {
         Ok(verified) => (format!("genuine: {} signature", verified.scheme.as_str()), 0),
@@ -355,7 +353,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
             config.api.common.platform_environment,
             Uuid::new_v4(),
             ApiKeyType::Public,
-            &[shared::model::Scope::Unrestricted],
+            &[webhooks_model::Scope::Unrestricted],
             Some("first key"),
         )
         .await?;
@@ -363,7 +361,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         print(&format!("{out}\n"))?;
         next_steps(&config, &listeners, issued.api_key.owner_id)?;
     }
-    let shutdown = shared::shutdown::on_signal();
+    let shutdown = webhooks_config::shutdown::on_signal();
     let result = crate::run_standalone(config, store, listeners, shutdown).await;
     sqlite.close().await;
     result

@@ -3,7 +3,8 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use shared::config::{CommonConfig, Secret, parse_duration};
+use webhooks_config::{CommonConfig, Secret};
+use webhooks_model::parse_duration;
 
 /// Everything `serve` needs, loaded once and validated at start.
 #[derive(Debug, Clone, Args)]
@@ -131,7 +132,7 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        shared::config::parse_args("webhooks-api", args)
+        webhooks_config::parse_args("webhooks-api", args)
     }
 
     /// How long events, deliveries and logs are kept, or `None` when
@@ -210,7 +211,7 @@ impl StandaloneConfig {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        shared::config::parse_args("webhooks-api", args)
+        webhooks_config::parse_args("webhooks-api", args)
     }
 
     /// Checks what clap's types cannot express.

@@ -14,9 +14,11 @@ use lapin::{
     types::{AMQPValue, FieldTable},
 };
 use serde::Serialize;
-use shared::{
-    broker::{self, Envelope, Lane, Message, Topology},
-    config::CommonConfig,
+use webhooks_config::CommonConfig;
+use webhooks_model::{Lane, Topology};
+use webhooks_queue::{
+    Message, amqp as broker,
+    message::{decode, encode_delivery},
 };
 
 /// One message of `{p}.dead`, as listed.
@@ -41,8 +43,8 @@ pub struct DeadLetter {
 
 impl DeadLetter {
     fn of(data: &[u8], properties: &BasicProperties) -> DeadLetter {
-        let delivery = match serde_json::from_slice::<Envelope>(data) {
-            Ok(Envelope { message: Message::Delivery(message), .. }) => Some(message),
+        let delivery = match decode(data) {
+            Ok(Message::Delivery(message)) => Some(message),
             _ => None,
         };
         let death = properties.headers().as_ref().and_then(first_death);
@@ -110,7 +112,7 @@ async fn open(common: &CommonConfig) -> anyhow::Result<(lapin::Connection, Chann
         .context("connect to RabbitMQ (AMQP_URL); dead letters exist in the distributed mode only")?;
     let channel = connection.create_channel().await?;
     let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
-    topology.declare(&channel).await.context("declare the queues")?;
+    broker::declare(&topology, &channel).await.context("declare the queues")?;
     Ok((connection, channel, topology))
 }
 
@@ -156,19 +158,13 @@ pub async fn replay(
     while done.replayed + done.kept < limit {
         let got = channel.basic_get(topology.dead().as_str().into(), BasicGetOptions { no_ack: false }).await?;
         let Some(message) = got else { break };
-        let Ok(Envelope { message: Message::Delivery(mut delivery), .. }) =
-            serde_json::from_slice::<Envelope>(&message.delivery.data)
-        else {
+        let Ok(Message::Delivery(delivery)) = decode(&message.delivery.data) else {
             // Held unacknowledged until the channel closes, then back in place.
             done.kept += 1;
             progress(&done);
             continue;
         };
-        delivery.parks = 0;
-        delivery.failures = 0;
-        // A backlog by nature: it waits in the bulk lane.
-        delivery.lane = Lane::Bulk;
-        let payload = Envelope::new(Message::Delivery(delivery)).to_bytes();
+        let payload = encode_delivery(&delivery.replayed());
         let confirmation = publisher
             .basic_publish(
                 "".into(),

@@ -254,8 +254,8 @@ impl ApiError {
     }
 }
 
-impl From<shared::store::StoreError> for ApiError {
-    fn from(error: shared::store::StoreError) -> Self {
+impl From<webhooks_store::StoreError> for ApiError {
+    fn from(error: webhooks_store::StoreError) -> Self {
         ApiError::Unexpected(error.into())
     }
 }

@@ -159,7 +159,7 @@ mod tests {
     #[derive(Debug, Deserialize)]
     #[allow(dead_code)]
     struct Kinds {
-        kinds: Vec<shared::model::Category>,
+        kinds: Vec<webhooks_model::Category>,
     }
 
     #[derive(Debug, Deserialize)]

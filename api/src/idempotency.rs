@@ -12,7 +12,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use shared::store::{Claim, StoredResponse};
+use webhooks_store::{Claim, StoredResponse};
 
 use crate::{
     auth::Caller,

@@ -20,16 +20,14 @@ use axum::{
     routing::post,
 };
 use serde::Deserialize;
-use shared::{
-    batch::{Batcher, Batching},
-    broker::{DeliveryMessage, Envelope, Lane, Message},
-    ids,
-    model::{Category, Event},
-    store::{IngestOutcome, NewEvent, Store, StoreError, StoreResult, StoredResponse},
-};
 use tokio::sync::Notify;
 use utoipa::ToSchema;
 use uuid::Uuid;
+use webhooks_model::{Category, Event, Lane, ids};
+use webhooks_queue::{DeliveryMessage, message};
+use webhooks_store::{
+    IngestOutcome, NewEvent, Store, StoreError, StoreResult, StoredResponse, batch::Batcher, batch::Batching,
+};
 
 use crate::{
     error::{ApiError, ApiResult, Location},
@@ -43,7 +41,7 @@ use crate::{
 /// Events per ingest transaction at most.
 const MAX_BATCH: usize = 256;
 
-/// The one writer of ingested events ([`shared::batch`]): each call waits
+/// The one writer of ingested events ([`webhooks_store::batch`]): each call waits
 /// for the commit of the batch its event went in. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Ingester {
@@ -121,7 +119,7 @@ impl Writer {
                     event,
                     outcome.body.clone(),
                 );
-                let payload = Envelope::new(Message::Delivery(message)).to_bytes();
+                let payload = message::encode_delivery(&message);
                 ready.push(Ready { delivery_id: queued.delivery_id, lane: event.lane, payload });
             }
         }
@@ -271,7 +269,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
 
     let id = ids::new_event_id();
-    let created_at = shared::time::now();
+    let created_at = webhooks_model::time::now();
     let event = Event {
         api_version: "v0".into(),
         event_id: id.clone(),
@@ -335,7 +333,7 @@ mod tests {
             event_object_status: Some("payment_processed".into()),
             event_object: serde_json::json!({"event_sequence": 0, "nested": {"a": [1, 2]}}),
             event_object_changes: Some(serde_json::json!({"state": ["pending", "payment_processed"]})),
-            event_created_at: shared::time::now(),
+            event_created_at: webhooks_model::time::now(),
         };
         let (head, tail) = split_at_sequence(&event).unwrap();
         event.event_sequence = 42;

@@ -1,12 +1,10 @@
 //! Issuing API keys: the plaintext exists only in the answer to its creation.
 
 use rand::{Rng, distr::Alphanumeric};
-use shared::{
-    config::Environment,
-    model::{ApiKey, ApiKeyType, Scope},
-    store::{NewApiKey, Store, StoreError, hash_key},
-};
 use uuid::Uuid;
+use webhooks_config::Environment;
+use webhooks_model::{ApiKey, ApiKeyType, Scope};
+use webhooks_store::{NewApiKey, Store, StoreError, hash_key};
 
 /// Characters of the secret part: 48 letters and digits carry about 285 bits,
 /// more than the 32 random bytes the contract asks for.
@@ -88,13 +86,13 @@ mod tests {
         let api_key = ApiKey {
             id: Uuid::nil(),
             kind: ApiKeyType::Public,
-            owner_type: shared::model::OwnerType::Developer,
+            owner_type: webhooks_model::OwnerType::Developer,
             owner_id: Uuid::nil(),
             prefix: "sk-test".into(),
             last_4: key[key.len() - 4..].into(),
-            state: shared::model::ApiKeyState::Active,
-            created_at: shared::time::now(),
-            updated_at: shared::time::now(),
+            state: webhooks_model::ApiKeyState::Active,
+            created_at: webhooks_model::time::now(),
+            updated_at: webhooks_model::time::now(),
             scopes: vec![Scope::Unrestricted],
             name: None,
         };

@@ -37,15 +37,12 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{Router, middleware};
-use shared::{
-    broker::Topology,
-    db,
-    store::{Purged, RETENTION_BATCH, Store, retention_cutoff},
-    tls,
-};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::catch_panic::CatchPanicLayer;
+use webhooks_model::Topology;
+use webhooks_net::tls;
+use webhooks_store::{Purged, RETENTION_BATCH, Store, open as db, retention_cutoff};
 
 pub use config::Config;
 use state::AppState;
@@ -58,7 +55,7 @@ pub struct Listeners {
 }
 
 /// Opens the pool and applies migrations, retrying while PostgreSQL starts.
-pub async fn connect_database(common: &shared::config::CommonConfig) -> anyhow::Result<Store> {
+pub async fn connect_database(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
     db::connect(common).await
 }
 
@@ -263,7 +260,7 @@ async fn housekeeping(store: Store, config: Config, relay_wake: Arc<tokio::sync:
                 Err(error) => tracing::warn!(%error, "could not check endpoint health"),
             }
         }
-        match store.purge_expired_keys(shared::time::now()).await {
+        match store.purge_expired_keys(webhooks_model::time::now()).await {
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "replaced endpoint keys deleted at the end of their overlap"),
             Err(error) => tracing::warn!(%error, "could not delete expired endpoint keys"),

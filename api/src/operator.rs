@@ -7,8 +7,11 @@
 use std::{fmt::Write as _, io::Read as _, path::Path};
 
 use anyhow::Context;
-use shared::{config::CommonConfig, model::DeliveryLog, store::EndpointRecord, tls};
 use uuid::Uuid;
+use webhooks_config::CommonConfig;
+use webhooks_model::DeliveryLog;
+use webhooks_net::tls;
+use webhooks_store::EndpointRecord;
 
 /// Where `events send` posts: the internal listener of a running service.
 pub struct SendTarget<'a> {
@@ -78,7 +81,7 @@ pub fn render_sent(event: &serde_json::Value) -> String {
 
 /// A developer's endpoints, newest first.
 pub async fn list_endpoints(common: &CommonConfig, developer_id: Uuid) -> anyhow::Result<Vec<EndpointRecord>> {
-    let store = shared::db::open_for_command(common).await?;
+    let store = webhooks_store::open::open_for_command(common).await?;
     Ok(store.list_endpoints(developer_id).await?)
 }
 
@@ -94,8 +97,8 @@ pub fn render_endpoints(endpoints: &[EndpointRecord], json: bool) -> anyhow::Res
     let mut out = String::new();
     for endpoint in endpoints {
         let health = match (&endpoint.health.failing_since, &endpoint.health.last_success_at) {
-            (Some(since), _) => format!("failing since {}", shared::time::format(since)),
-            (None, Some(at)) => format!("last success {}", shared::time::format(at)),
+            (Some(since), _) => format!("failing since {}", webhooks_model::time::format(since)),
+            (None, Some(at)) => format!("last success {}", webhooks_model::time::format(at)),
             (None, None) => "no deliveries yet".to_owned(),
         };
         let reason = endpoint.disabled_reason.map(|_| " (by the service: failing)").unwrap_or_default();
@@ -115,7 +118,7 @@ pub fn render_endpoints(endpoints: &[EndpointRecord], json: bool) -> anyhow::Res
 
 /// An endpoint's newest `limit` log entries, if the endpoint exists.
 pub async fn endpoint_logs(common: &CommonConfig, endpoint_id: &str, limit: i64) -> anyhow::Result<Vec<DeliveryLog>> {
-    let store = shared::db::open_for_command(common).await?;
+    let store = webhooks_store::open::open_for_command(common).await?;
     store.load_endpoint(endpoint_id).await?.with_context(|| format!("no endpoint {endpoint_id}"))?;
     Ok(store.list_logs(endpoint_id, limit, None).await?.unwrap_or_default())
 }
@@ -138,7 +141,7 @@ pub fn render_logs(logs: &[DeliveryLog], json: bool) -> anyhow::Result<String> {
         let _ = writeln!(
             out,
             "{}  {}  attempt {}  {}  {} ms",
-            shared::time::format(&log.created_at),
+            webhooks_model::time::format(&log.created_at),
             log.event_id,
             log.attempt,
             outcome,

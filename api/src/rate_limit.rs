@@ -54,10 +54,10 @@ impl RateLimit {
 impl RateLimit {
     /// The lane of an event of `developer`, as a fair share: `default`
     /// within the allowance, `bulk` beyond it.
-    pub fn lane(&self, developer: Uuid) -> shared::broker::Lane {
+    pub fn lane(&self, developer: Uuid) -> webhooks_model::Lane {
         match self.check(developer) {
-            Ok(()) => shared::broker::Lane::Default,
-            Err(_) => shared::broker::Lane::Bulk,
+            Ok(()) => webhooks_model::Lane::Default,
+            Err(_) => webhooks_model::Lane::Bulk,
         }
     }
 }

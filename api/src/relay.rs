@@ -24,13 +24,12 @@ use lapin::{
     Confirmation, Connection, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
 };
-use shared::{
-    broker::{self, Lane, Topology},
-    store::pg::{OUTBOX_CHANNEL, PgStore},
-};
 use sqlx::postgres::PgListener;
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use webhooks_model::{Lane, Topology};
+use webhooks_queue::{DeliveryMessage, Message, amqp as broker, message};
+use webhooks_store::pg::{OUTBOX_CHANNEL, OutboxItem, PgStore};
 
 use crate::metrics::Metrics;
 
@@ -69,6 +68,9 @@ async fn listen(store: PgStore, wake: Arc<Notify>, shutdown: CancellationToken) 
 const BATCH: i64 = 500;
 /// How long one round may wait for the broker's confirms.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a relay holds the outbox rows it claimed; a relay that stops
+/// meanwhile leaves them to the next one once this has passed.
+const CLAIM_FOR: Duration = Duration::from_secs(60);
 /// The safety-net scan interval.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
@@ -165,7 +167,7 @@ impl std::fmt::Debug for Relay {
         // The AMQP URL carries the broker password: shown redacted.
         f.debug_struct("Relay")
             .field("store", &self.store)
-            .field("amqp_url", &shared::config::redacted_url(&self.amqp_url))
+            .field("amqp_url", &webhooks_config::redacted_url(&self.amqp_url))
             .field("topology", &self.topology)
             .field("broker_up", &self.broker_up)
             .finish_non_exhaustive()
@@ -201,7 +203,7 @@ impl Relay {
     /// a short deadline, so a clean stop leaves nothing behind needlessly.
     pub async fn run(self, shutdown: CancellationToken) {
         let listening = tokio::spawn(listen(self.store.clone(), self.wake.clone(), shutdown.clone()));
-        shared::broker::reconnecting("outbox relay", &shutdown, || async {
+        broker::reconnecting("outbox relay", &shutdown, || async {
             let result = self.session(&shutdown).await;
             self.broker_up.send_replace(false);
             result
@@ -223,7 +225,7 @@ impl Relay {
         let connection = broker::connect(&self.amqp_url, "webhooks-api outbox relay").await.context("connect")?;
         let channel = connection.create_channel().await.context("open channel")?;
         channel.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
-        self.topology.declare(&channel).await.context("declare topology")?;
+        broker::declare(&self.topology, &channel).await.context("declare topology")?;
         self.broker_up.send_replace(true);
         tracing::info!("outbox relay connected to the broker");
 
@@ -354,53 +356,72 @@ impl Relay {
         }
     }
 
-    /// Publishes one batch; returns how many rows it published (rows the
-    /// broker refused stay, and are tried again at the next wake or scan).
+    /// Publishes one batch; returns how many rows it claimed (rows the
+    /// broker refused are given back, and tried again at the next wake or
+    /// scan).
     async fn publish_batch(&self, channel: &lapin::Channel) -> anyhow::Result<usize> {
-        let (mut tx, rows, orphans) = self.store.lock_outbox(BATCH).await.context("read outbox")?;
+        let rows = self.store.claim_outbox(BATCH, CLAIM_FOR).await.context("read outbox")?;
         self.metrics.outbox_backlog.set(i64::try_from(rows.len()).unwrap_or(i64::MAX));
-        if !orphans.is_empty() {
-            tracing::warn!(count = orphans.len(), "outbox rows name deliveries that are gone; dropping them");
-        }
-        if rows.is_empty() && orphans.is_empty() {
+        if rows.is_empty() {
             return Ok(0);
         }
+        let claimed = rows.len();
+        let mut done = Vec::with_capacity(rows.len());
         let mut confirms = Vec::with_capacity(rows.len());
-        for row in &rows {
+        for row in rows {
+            let (exchange, routing_key, payload) = match row.item {
+                OutboxItem::Delivery(due) => {
+                    let message = DeliveryMessage::from(due);
+                    (String::new(), self.topology.work_queue(message.lane), message::encode_delivery(&message))
+                }
+                OutboxItem::Change(change) => {
+                    (self.topology.lifecycle(), String::new(), message::encode(&Message::EndpointChanged(change)))
+                }
+                OutboxItem::Stored { exchange, routing_key, payload } => (exchange, routing_key, payload),
+                OutboxItem::Gone => {
+                    tracing::warn!(outbox_id = row.id, "outbox row names what is gone; dropping it");
+                    done.push(row.id);
+                    continue;
+                }
+            };
             let options = BasicPublishOptions {
                 // A delivery must reach its queue; a lifecycle message with no
                 // dispatcher listening has nobody to tell, which is fine.
-                mandatory: row.exchange.is_empty(),
+                mandatory: exchange.is_empty(),
                 ..BasicPublishOptions::default()
             };
             let confirm = channel
                 .basic_publish(
-                    row.exchange.as_str().into(),
-                    row.routing_key.as_str().into(),
+                    exchange.as_str().into(),
+                    routing_key.as_str().into(),
                     options,
-                    &row.payload,
+                    &payload,
                     broker::persistent_json(),
                 )
                 .await
                 .context("publish")?;
-            confirms.push(confirm);
+            confirms.push((row.id, exchange, routing_key, confirm));
         }
-        let dropped = orphans.len();
-        let mut done = orphans;
-        for (row, confirm) in rows.iter().zip(confirms) {
+        let dropped = done.len();
+        let mut refused = Vec::new();
+        for (id, exchange, routing_key, confirm) in confirms {
             match confirm.await.context("await confirm")? {
-                Confirmation::Ack(None) | Confirmation::NotRequested => done.push(row.id),
-                Confirmation::Ack(Some(_)) if !row.exchange.is_empty() => done.push(row.id),
+                Confirmation::Ack(None) | Confirmation::NotRequested => done.push(id),
+                Confirmation::Ack(Some(_)) if !exchange.is_empty() => done.push(id),
                 Confirmation::Ack(Some(_)) => {
-                    tracing::warn!(outbox_id = row.id, queue = %row.routing_key, "message unroutable; will retry")
+                    tracing::warn!(outbox_id = id, queue = %routing_key, "message unroutable; will retry");
+                    refused.push(id);
                 }
-                Confirmation::Nack(_) => tracing::warn!(outbox_id = row.id, "broker refused a message; will retry"),
+                Confirmation::Nack(_) => {
+                    tracing::warn!(outbox_id = id, "broker refused a message; will retry");
+                    refused.push(id);
+                }
             }
         }
-        PgStore::delete_outbox(&mut tx, &done).await.context("delete outbox rows")?;
-        tx.commit().await.context("commit outbox")?;
+        self.store.delete_outbox(&done).await.context("delete outbox rows")?;
+        self.store.release_outbox(&refused).await.context("release outbox rows")?;
         let published = done.len() - dropped;
         self.metrics.outbox_published.inc_by(u64::try_from(published).unwrap_or(0));
-        Ok(done.len())
+        Ok(claimed)
     }
 }

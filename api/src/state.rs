@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use shared::{broker::Topology, keys::KeyCipher, store::Store};
 use tokio::sync::{Notify, watch};
+use webhooks_keys::KeyCipher;
+use webhooks_model::Topology;
+use webhooks_store::Store;
 
 use crate::{config::Config, metrics::Metrics, rate_limit::RateLimit};
 

@@ -7,12 +7,11 @@
 use std::{sync::Arc, time::Duration};
 
 use lapin::options::QueueDeclareOptions;
-use shared::{
-    broker::{self, Lane, Topology},
-    store::pg::{PgStore, Swept},
-};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use webhooks_model::{Lane, Topology};
+use webhooks_queue::amqp as broker;
+use webhooks_store::pg::{PgStore, Swept};
 
 /// Deliveries swept per statement.
 const BATCH: i64 = 500;

@@ -57,7 +57,7 @@ SECRET_NAME = "webhooks"
 PLACEHOLDER = "REPLACE-ME"
 
 # Where each program's settings are declared (clap `env = "…"` attributes).
-COMMON_SOURCES = ["shared/src/config.rs"]
+COMMON_SOURCES = ["shared/config/src/lib.rs"]
 PROGRAMS = {
     "webhooks-api serve": COMMON_SOURCES + ["api/src/config.rs"],
     "webhooks-api migrate": COMMON_SOURCES,
@@ -67,7 +67,7 @@ PROGRAMS = {
 # Variables read by a library rather than a clap attribute, each allowed only
 # while the code that makes the library read it is still there.
 LIBRARY_SETTINGS = {
-    "RUST_LOG": [("shared/src/telemetry.rs", "from_default_env")],
+    "RUST_LOG": [("shared/config/src/telemetry.rs", "from_default_env")],
     "TOKIO_WORKER_THREADS": [("api/src/main.rs", "#[tokio::main]"), ("dispatcher/src/main.rs", "#[tokio::main]")],
 }
 # Settings that carry secrets: never a literal value in a manifest.

@@ -9,13 +9,10 @@ use std::{
 };
 
 use anyhow::Context;
-use shared::{
-    endpoint_signer::{EndpointSigner, KeySigner},
-    keys::KeyCipher,
-    model::{DeliveryOrder, EndpointStatus},
-    store::Store,
-};
 use url::Url;
+use webhooks_keys::{KeyCipher, signer::EndpointSigner, signer::KeySigner};
+use webhooks_model::{DeliveryOrder, EndpointStatus};
+use webhooks_store::Store;
 
 /// A loaded endpoint.
 #[derive(Debug)]
@@ -141,11 +138,9 @@ impl EndpointCache {
 
 #[cfg(test)]
 mod tests {
-    use shared::{
-        model::EventEpoch,
-        store::{EndpointChange, EndpointUpdate, NewEndpoint, sqlite::SqliteStore},
-    };
     use uuid::Uuid;
+    use webhooks_model::EventEpoch;
+    use webhooks_store::{EndpointChange, EndpointUpdate, NewEndpoint, sqlite::SqliteStore};
 
     use super::*;
 
@@ -156,12 +151,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("webhooks-cache-{}", Uuid::new_v4().simple()));
         let sqlite = SqliteStore::open(&dir).await.unwrap();
         let store = Store::Sqlite(sqlite.clone());
-        let pair = shared::keys::generate_rsa_2048().unwrap();
+        let pair = webhooks_keys::generate_rsa_2048().unwrap();
         let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
         let new = NewEndpoint {
-            signature_scheme: shared::model::SignatureScheme::Platform,
+            signature_scheme: webhooks_model::SignatureScheme::Platform,
             rate_limit_per_second: None,
-            ordering: shared::model::DeliveryOrder::None,
+            ordering: webhooks_model::DeliveryOrder::None,
             id: id.clone(),
             developer_id,
             url: "https://receiver.example/hook".into(),

@@ -3,7 +3,8 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use shared::config::{CommonConfig, parse_duration};
+use webhooks_config::CommonConfig;
+use webhooks_model::parse_duration;
 
 /// Everything a dispatcher needs, loaded once and validated at start.
 #[derive(Debug, Clone, Args)]
@@ -63,7 +64,7 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        shared::config::parse_args("webhooks-dispatcher", args)
+        webhooks_config::parse_args("webhooks-dispatcher", args)
     }
 
     /// Checks what clap's types cannot express (among them, through the

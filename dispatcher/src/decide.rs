@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use rand::Rng;
-use shared::{broker::DeliveryMessage, config::RetrySchedule, model::EndpointStatus, store::DeliveryState};
+use webhooks_model::{EndpointStatus, RetrySchedule};
+use webhooks_queue::DeliveryMessage;
+use webhooks_store::DeliveryState;
 
 /// What to do with a message before any attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,17 +78,9 @@ pub fn after_attempt(
         return After::Succeeded;
     }
     match schedule.delay_after(message.attempt) {
-        Some(scheduled) => After::Retry {
-            delay: retry_delay(scheduled, retry_after, max_retry_after),
-            next: DeliveryMessage {
-                attempt: message.attempt + 1,
-                force: false,
-                parks: 0,
-                failures: 0,
-                pace_ticket: None,
-                ..message.clone()
-            },
-        },
+        Some(scheduled) => {
+            After::Retry { delay: retry_delay(scheduled, retry_after, max_retry_after), next: message.next_attempt() }
+        }
         None => After::Failed,
     }
 }
@@ -106,7 +100,7 @@ mod tests {
     use super::*;
 
     fn message(attempt: u32, force: bool) -> DeliveryMessage {
-        DeliveryMessage {
+        DeliveryMessage::from(webhooks_store::DueDelivery {
             delivery_id: 1,
             event_id: "wh_00".into(),
             endpoint_id: "wep_00".into(),
@@ -120,7 +114,7 @@ mod tests {
             lane: Default::default(),
             body: "{}".into(),
             event_created_at: chrono::DateTime::from_timestamp(0, 0).unwrap(),
-        }
+        })
     }
 
     #[test]

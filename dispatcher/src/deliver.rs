@@ -7,7 +7,7 @@ use reqwest::{
     Client, StatusCode,
     header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT},
 };
-use shared::net;
+use webhooks_net::guard as net;
 
 use crate::cache::Endpoint;
 

@@ -41,15 +41,13 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use shared::{
-    broker::Topology,
-    config::CommonConfig,
-    keys::KeyCipher,
-    store::{Store, sqlite::SqliteStore},
-    tls,
-};
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use webhooks_config::CommonConfig;
+use webhooks_keys::KeyCipher;
+use webhooks_model::Topology;
+use webhooks_net::tls;
+use webhooks_store::{Store, sqlite::SqliteStore};
 
 pub use config::{Config, DeliveryConfig};
 
@@ -98,8 +96,8 @@ struct Cli {
 /// and runs until SIGTERM or SIGINT.
 pub async fn main() -> anyhow::Result<()> {
     let Cli { config } = clap::Parser::parse();
-    shared::telemetry::init(config.common.log_format);
-    let shutdown = shared::shutdown::on_signal();
+    webhooks_config::telemetry::init(config.common.log_format);
+    let shutdown = webhooks_config::shutdown::on_signal();
     let listener = TcpListener::bind(config.dispatcher_listen_addr).await.context("bind DISPATCHER_LISTEN_ADDR")?;
     run(config, listener, shutdown).await
 }
@@ -165,7 +163,7 @@ async fn context(
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
     let common = &config.common;
-    let store = shared::db::connect(common).await?;
+    let store = webhooks_store::open::connect(common).await?;
     let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);
@@ -188,7 +186,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let sessions = tokio::spawn({
         let (context, shutdown) = (context.clone(), shutdown.clone());
         async move {
-            shared::broker::reconnecting("dispatcher", &shutdown, || {
+            webhooks_queue::amqp::reconnecting("dispatcher", &shutdown, || {
                 source::amqp::session(context.clone(), &topology, &broker_tx, &shutdown)
             })
             .await;

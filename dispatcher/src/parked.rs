@@ -1,11 +1,8 @@
 //! The due times of deliveries parked in the broker's retry queues, written
-//! in batches ([`shared::batch`]): a backlog parked behind a hanging
+//! in batches ([`webhooks_store::batch`]): a backlog parked behind a hanging
 //! endpoint costs one statement per batch, not a commit per message.
 
-use shared::{
-    batch::{Batcher, Batching},
-    store::{Parked, Store},
-};
+use webhooks_store::{Parked, Store, batch::Batcher, batch::Batching};
 
 /// Largest batch per statement.
 const MAX_BATCH: usize = 256;

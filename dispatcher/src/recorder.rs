@@ -1,4 +1,4 @@
-//! Writes attempt outcomes in batches ([`shared::batch`]): whatever has queued
+//! Writes attempt outcomes in batches ([`webhooks_store::batch`]): whatever has queued
 //! up while the previous batch committed goes in the next transaction, and a
 //! small batch waits up to [`LINGER`] for more. Each caller waits for the
 //! commit of its own record before it acks its message: the attempt has been
@@ -6,10 +6,7 @@
 
 use std::time::Duration;
 
-use shared::{
-    batch::{Batcher, Batching},
-    store::{AttemptRecord, Store},
-};
+use webhooks_store::{AttemptRecord, Store, batch::Batcher, batch::Batching};
 
 /// Largest batch per transaction.
 const MAX_BATCH: usize = 512;

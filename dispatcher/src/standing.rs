@@ -1,10 +1,9 @@
 //! Whether a retry (or a first attempt that waited long in its queue) should
-//! still be made, asked in batches ([`shared::batch`]): a backlog of such
+//! still be made, asked in batches ([`webhooks_store::batch`]): a backlog of such
 //! messages costs one statement per batch, not one per message.
 
-use shared::{
-    batch::{Batcher, Batching},
-    store::{RetryStanding, StandingQuestion, Store, StoreError, StoreResult},
+use webhooks_store::{
+    RetryStanding, StandingQuestion, Store, StoreError, StoreResult, batch::Batcher, batch::Batching,
 };
 
 /// Largest batch per statement.

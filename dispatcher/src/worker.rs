@@ -8,14 +8,12 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
-use shared::{
-    broker::{DeliveryMessage, PARK_LIMIT},
-    config::CommonConfig,
-    model::DeliveryLog,
-    store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn},
-};
 use tracing::Instrument;
 use uuid::Uuid;
+use webhooks_config::CommonConfig;
+use webhooks_model::DeliveryLog;
+use webhooks_queue::{DeliveryMessage, PARK_LIMIT};
+use webhooks_store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn};
 
 use crate::{
     cache::{Endpoint, EndpointCache},
@@ -140,7 +138,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
             }
             return;
         }
-        Err(Full::Busy | Full::Hung { .. }) => return defer(context, ticket, &message, "deferred").await,
+        Err(Full::Busy | Full::Hung { .. }) => return defer(context, ticket, &message, false, "deferred").await,
     };
 
     // The pace after the slot: a ticket taken is a start used, not a hole
@@ -169,7 +167,7 @@ async fn process(context: &Context, message: DeliveryMessage, ticket: Ticket) {
         &message.event_id,
         &message.body,
         allow_private,
-        shared::time::now(),
+        webhooks_model::time::now(),
     )
     .await;
     context.metrics.in_flight.dec();
@@ -275,7 +273,7 @@ async fn pace(
     let window = pace_window(endpoint.rate_limit_per_second);
     if wait > window {
         let early = window * 4 / 5;
-        return Ok(Some((DeliveryMessage { pace_ticket: Some(ticket), ..message.clone() }, wait - early)));
+        return Ok(Some((message.with_pace_ticket(ticket), wait - early)));
     }
     tokio::time::sleep(wait).await;
     Ok(None)
@@ -321,7 +319,7 @@ pub(crate) fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord
             message.failures
         )),
         duration_ms: 0,
-        created_at: shared::time::now(),
+        created_at: webhooks_model::time::now(),
     });
     record
 }
@@ -334,8 +332,7 @@ async fn park(context: &Context, ticket: Ticket, message: &DeliveryMessage, reas
         tracing::error!(failures = message.failures, reason, "message parked too often; given up");
         return ticket.dead_letter(context, message, reason).await;
     }
-    let failed = DeliveryMessage { failures: message.failures.saturating_add(1), ..message.clone() };
-    defer(context, ticket, &failed, "parked").await;
+    defer(context, ticket, message, true, "parked").await;
 }
 
 /// Puts the message back without counting an attempt: its endpoint has no
@@ -343,10 +340,9 @@ async fn park(context: &Context, ticket: Ticket, message: &DeliveryMessage, reas
 /// as long, from the shortest retry delay up to the longest, so a backlog
 /// behind a saturated endpoint does not cycle through the shortest retry
 /// queue without bound.
-async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, outcome: &'static str) {
+async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, failure: bool, outcome: &'static str) {
     let delay = park_delay(context.common.retry_schedule.delays(), message.parks);
-    let parked = DeliveryMessage { parks: message.parks.saturating_add(1), ..message.clone() };
-    ticket.defer(context, &parked, delay, outcome).await;
+    ticket.defer(context, &message.put_back(failure), delay, outcome).await;
 }
 
 /// Its endpoint frees no slots (it has hung for `hung_for`): the message is
@@ -356,8 +352,7 @@ async fn defer(context: &Context, ticket: Ticket, message: &DeliveryMessage, out
 /// back sooner.
 async fn set_aside(context: &Context, ticket: Ticket, message: &DeliveryMessage, hung_for: Duration) {
     let delay = park_delay(context.common.retry_schedule.delays(), message.parks).max(hung_for.min(PARK_AT_MOST));
-    let parked = DeliveryMessage { parks: message.parks.saturating_add(1), ..message.clone() };
-    ticket.set_aside(context, &parked, delay).await;
+    ticket.set_aside(context, &message.put_back(false), delay).await;
 }
 
 /// Deliveries released per statement when an endpoint recovers.
@@ -409,7 +404,7 @@ mod tests {
         assert_eq!(waits, [5, 10, 20, 40, 80, 120, 120, 120]);
         assert_eq!(park_delay(&delays, u32::MAX), Duration::from_secs(120));
         // Never longer than five minutes, however long the schedule's delays.
-        let default: shared::config::RetrySchedule = shared::config::DEFAULT_RETRY_SCHEDULE.parse().unwrap();
+        let default: webhooks_model::RetrySchedule = webhooks_model::DEFAULT_RETRY_SCHEDULE.parse().unwrap();
         let waits: Vec<u64> = (0..10).map(|parks| park_delay(default.delays(), parks).as_secs()).collect();
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
         assert_eq!(park_delay(&[Duration::from_millis(200)], 3), Duration::from_millis(200));

@@ -7,15 +7,12 @@ use anyhow::Context;
 use bytes::Bytes;
 use reqwest::{Method, RequestBuilder, header::HeaderMap};
 use serde_json::Value;
-use shared::{
-    config::Environment,
-    model::{ApiKey, ApiKeyType, Scope},
-    store::{Store, sqlite::SqliteStore},
-    time::Clock,
-};
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+use webhooks_config::Environment;
+use webhooks_model::{ApiKey, ApiKeyType, Scope, time::Clock};
+use webhooks_store::{Store, sqlite::SqliteStore};
 
 use crate::{
     WAIT,
@@ -624,7 +621,7 @@ impl TestApi {
         match &self.data_dir {
             Some(DataDir(dir)) => {
                 let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(dir.join(shared::store::sqlite::DATABASE_FILE))
+                    .filename(dir.join(webhooks_store::sqlite::DATABASE_FILE))
                     .busy_timeout(std::time::Duration::from_secs(10));
                 let pool = sqlx::SqlitePool::connect_with(options).await.expect("open the SQLite file");
                 sqlx::query(sql).bind(param).execute(&pool).await.expect("run SQL on SQLite");

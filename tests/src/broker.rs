@@ -11,11 +11,10 @@ use lapin::{
     types::FieldTable,
 };
 use serde_json::Value;
-use shared::{
-    broker::{self, ChangeKind, EndpointChanged, Envelope, Message, Topology},
-    config::RetrySchedule,
-};
 use tokio::{sync::Notify, task::JoinHandle};
+use webhooks_model::{ChangeKind, EndpointChanged, RetrySchedule, Topology};
+use webhooks_queue::amqp as broker;
+use webhooks_queue::{Message, message::decode};
 
 use crate::{WAIT, block_on_aside, random_suffix};
 
@@ -96,18 +95,18 @@ async fn delete_topology(amqp_url: String, queues: Vec<String>, exchanges: Vec<S
 }
 
 /// One message seen on the lifecycle exchange: the JSON as published and,
-/// when it parses, the typed envelope.
+/// when it decodes, the typed message.
 #[derive(Debug, Clone)]
 pub struct TapMessage {
     pub raw: Value,
-    pub envelope: Option<Envelope>,
+    pub message: Option<Message>,
 }
 
 impl TapMessage {
     /// The endpoint change this message announces, if it is one.
     pub fn endpoint_changed(&self) -> Option<&EndpointChanged> {
-        match &self.envelope {
-            Some(Envelope { message: Message::EndpointChanged(changed), .. }) => Some(changed),
+        match &self.message {
+            Some(Message::EndpointChanged(changed)) => Some(changed),
             _ => None,
         }
     }
@@ -169,8 +168,8 @@ impl LifecycleTap {
                 while let Some(Ok(delivery)) = consumer.next().await {
                     let raw = serde_json::from_slice(&delivery.data)
                         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&delivery.data).into_owned()));
-                    let envelope = serde_json::from_value(raw.clone()).ok();
-                    seen.messages.lock().unwrap_or_else(|e| e.into_inner()).push(TapMessage { raw, envelope });
+                    let message = decode(&delivery.data).ok();
+                    seen.messages.lock().unwrap_or_else(|e| e.into_inner()).push(TapMessage { raw, message });
                     seen.notify.notify_waiters();
                 }
             }

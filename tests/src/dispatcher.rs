@@ -4,9 +4,9 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use shared::store::sqlite::SqliteStore;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
+use webhooks_store::sqlite::SqliteStore;
 
 use crate::WAIT;
 
@@ -27,7 +27,7 @@ impl TestDispatcher {
     pub(crate) async fn start_embedded(
         args: Vec<String>,
         store: SqliteStore,
-        clock: shared::time::Clock,
+        clock: webhooks_model::time::Clock,
         client: &reqwest::Client,
     ) -> anyhow::Result<TestDispatcher> {
         let mut config = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
@@ -54,7 +54,7 @@ impl TestDispatcher {
     /// waits until its `/readyz` answers 200.
     pub(crate) async fn start(
         args: Vec<String>,
-        clock: shared::time::Clock,
+        clock: webhooks_model::time::Clock,
         client: &reqwest::Client,
     ) -> anyhow::Result<TestDispatcher> {
         let mut config = dispatcher::config::Config::from_args(&args).context("dispatcher flags")?;

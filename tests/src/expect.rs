@@ -78,12 +78,13 @@ pub fn is_endpoint_id(id: &str) -> bool {
 }
 
 /// Checks that `pem` is a PEM SubjectPublicKeyInfo of an RSA-2048 key that a
-/// receiver can load with `shared::signing::Verifier`.
+/// receiver can load with `webhooks_signature::platform::Verifier`.
 #[track_caller]
 pub fn rsa_2048_public_key(pem: &str) {
     assert!(pem.starts_with("-----BEGIN PUBLIC KEY-----\n"), "public_key does not start as PEM SPKI: {pem:?}");
     assert!(pem.ends_with("-----END PUBLIC KEY-----\n"), "public_key does not end as PEM SPKI: {pem:?}");
-    shared::signing::Verifier::from_pem(pem).unwrap_or_else(|e| panic!("public_key does not load as a verifier: {e}"));
+    webhooks_signature::platform::Verifier::from_pem(pem)
+        .unwrap_or_else(|e| panic!("public_key does not load as a verifier: {e}"));
     let base64: String = pem.lines().filter(|line| !line.starts_with("-----")).collect();
     let der = base64::engine::general_purpose::STANDARD
         .decode(base64)

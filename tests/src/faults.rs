@@ -32,8 +32,8 @@ use std::{
 };
 
 use anyhow::Context;
-use shared::model::Category;
 use tokio_util::sync::CancellationToken;
+use webhooks_model::Category;
 
 use crate::{
     Backend,

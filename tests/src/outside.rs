@@ -296,9 +296,9 @@ impl Nginx {
     /// after another, each with the wall-clock time at its start and at its
     /// answer, and reads their `$msec` back from the access log.
     pub async fn clock_check(&self, ca: &TestCa, count: usize) -> anyhow::Result<ClockCheck> {
-        let roots = shared::tls::root_store(Some(ca.pem_path()))?;
+        let roots = webhooks_net::tls::root_store(Some(ca.pem_path()))?;
         let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(shared::tls::client_config(roots)?)
+            .tls_backend_preconfigured(webhooks_net::tls::client_config(roots)?)
             .no_proxy()
             .build()
             .context("the clock check's HTTPS client")?;

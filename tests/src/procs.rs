@@ -21,9 +21,9 @@ use std::{
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use shared::{broker::Topology, config::RetrySchedule, model::Category};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
+use webhooks_model::{Category, RetrySchedule, Topology};
 
 use crate::{
     Backend, TestCa,
@@ -573,7 +573,7 @@ impl Stack {
         }
         let schedule: RetrySchedule = self.options.retry_schedule.parse().map_err(anyhow::Error::msg)?;
         let dead = Topology::new(&self.prefix, &schedule).dead();
-        let connection = shared::broker::connect(&broker::amqp_url(), "webhooks test tool").await?;
+        let connection = webhooks_queue::amqp::connect(&broker::amqp_url(), "webhooks test tool").await?;
         let channel = connection.create_channel().await?;
         let declared = channel
             .queue_declare(

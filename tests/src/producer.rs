@@ -15,10 +15,10 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use shared::model::{Category, categories_include};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+use webhooks_model::{Category, categories_include};
 
 use crate::tally::{Tally, event_key};
 

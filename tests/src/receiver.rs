@@ -15,10 +15,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use shared::signing::{SIGNATURE_HEADER, Verifier};
 use tokio::{net::TcpListener, sync::Notify};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use webhooks_signature::{platform::SIGNATURE_HEADER, platform::Verifier};
 
 use crate::{
     WAIT,
@@ -359,7 +359,9 @@ pub(crate) fn plain(status: StatusCode) -> Response<Full<Bytes>> {
 mod tests {
     use std::time::Instant;
 
-    use shared::{keys::generate_rsa_2048, signing::Signer, tls};
+    use webhooks_keys::generate_rsa_2048;
+    use webhooks_net::tls;
+    use webhooks_signature::platform::Signer;
 
     use super::*;
 

@@ -23,14 +23,12 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::Value;
-use shared::{
-    model::{Category, categories_include},
-    signing::{SIGNATURE_HEADER, Verifier},
-};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+use webhooks_model::{Category, categories_include};
+use webhooks_signature::{platform::SIGNATURE_HEADER, platform::Verifier};
 
 use crate::{
     ca::{LOCAL_NAMES, TestCa},

@@ -1,8 +1,8 @@
 //! API keys (API.md §1): whoami, create, list, delete, and scopes on every route.
 
 use serde_json::{Value, json};
-use shared::model::Scope;
 use tests::{ApiResponse, DeveloperKey, TestApi, expect};
+use webhooks_model::Scope;
 
 /// Checks an `ApiKey` record's shape and that it never carries the key itself.
 #[track_caller]

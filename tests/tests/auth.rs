@@ -1,8 +1,9 @@
 //! Authentication (API.md §1, §2): the two fixed 401 bodies, and which keys work.
 
 use reqwest::Method;
-use shared::{config::Environment, model::Scope};
 use tests::{TestApi, expect};
+use webhooks_config::Environment;
+use webhooks_model::Scope;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_request_without_api_key_gets_the_missing_body() {

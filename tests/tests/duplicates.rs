@@ -8,8 +8,9 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions};
-use shared::broker::{self, DeliveryMessage, Envelope, Message};
 use tests::{ApiOptions, Reply, TestApi, WAIT};
+use webhooks_queue::DeliveryMessage;
+use webhooks_queue::amqp as broker;
 
 /// The delivery message of `event` to `endpoint` at `attempt`, as the queue
 /// holds it; the delivery's id comes from the database.
@@ -22,7 +23,7 @@ async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json
             .fetch_one(pool)
             .await
             .unwrap();
-    let message = DeliveryMessage {
+    let message = DeliveryMessage::from(webhooks_store::DueDelivery {
         delivery_id,
         event_id: event_id(event),
         endpoint_id: id(endpoint),
@@ -36,8 +37,8 @@ async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json
         lane: Default::default(),
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
-    };
-    Envelope::new(Message::Delivery(message)).to_bytes()
+    });
+    webhooks_queue::message::encode_delivery(&message)
 }
 
 /// Publishes `payload` to the work queue, as a duplicate the broker hands out.

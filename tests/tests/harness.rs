@@ -2,8 +2,8 @@
 //! receiver through a dispatcher, signed with the endpoint's key.
 
 use serde_json::json;
-use shared::signing::SIGNATURE_HEADER;
 use tests::TestApi;
+use webhooks_signature::platform::SIGNATURE_HEADER;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_reaches_an_active_endpoint_signed() {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use shared::broker::ChangeKind;
 use tests::{ApiOptions, Backend, DeveloperKey, Reply, TestApi, WAIT, expect};
+use webhooks_model::ChangeKind;
 
 const DAY: Duration = Duration::from_secs(86_400);
 

@@ -117,8 +117,8 @@ async fn keys_are_per_developer() {
 async fn another_key_of_the_same_developer_gets_the_stored_answer() {
     let api = TestApi::start().await.unwrap();
     let first_key = api.new_developer().await;
-    let second_key = api.key_for(first_key.developer_id(), &[shared::model::Scope::WebhooksWrite]).await;
-    let reader = api.key_for(first_key.developer_id(), &[shared::model::Scope::WebhooksRead]).await;
+    let second_key = api.key_for(first_key.developer_id(), &[webhooks_model::Scope::WebhooksWrite]).await;
+    let reader = api.key_for(first_key.developer_id(), &[webhooks_model::Scope::WebhooksRead]).await;
     let receiver = api.receiver().await;
     let body = json!({ "url": receiver.url() });
 

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use shared::broker::ChangeKind;
 use tests::{LifecycleTap, TestApi, broker::TapMessage};
+use webhooks_model::ChangeKind;
 
 /// Checks the message as published: `v`, `type`, endpoint, change, key.
 #[track_caller]
@@ -24,7 +24,7 @@ fn assert_message(
     assert_eq!(raw["change"], change, "{raw}");
     assert_eq!(raw["api_key_id"], api_key_id.to_string(), "{raw}");
     assert_eq!(raw["developer_id"], developer.to_string(), "{raw}");
-    assert!(message.endpoint_changed().is_some(), "the message does not parse as shared::broker::Envelope: {raw}");
+    assert!(message.endpoint_changed().is_some(), "the message does not decode as a webhooks_queue::Message: {raw}");
 }
 
 async fn wait(tap: &LifecycleTap, change: ChangeKind, endpoint_id: &str) -> TapMessage {
@@ -36,7 +36,7 @@ async fn every_change_is_published_with_the_acting_key() {
     let api = TestApi::start().await.unwrap();
     let tap = api.lifecycle_tap().await;
     let owner = api.new_developer().await;
-    let second = api.key_for(owner.developer_id(), &[shared::model::Scope::WebhooksWrite]).await;
+    let second = api.key_for(owner.developer_id(), &[webhooks_model::Scope::WebhooksWrite]).await;
     let developer = owner.developer_id();
     let receiver = api.receiver().await;
     let other = api.receiver().await;

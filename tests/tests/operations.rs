@@ -8,8 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use shared::{config::Environment, model::Scope};
 use tests::{ApiOptions, Reply, TestApi, WAIT};
+use webhooks_config::Environment;
+use webhooks_model::Scope;
 
 /// 32 bytes, base64: a throwaway key-encryption key.
 const KEK: &str = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";

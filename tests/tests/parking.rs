@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use common::*;
 use lapin::{options::QueueDeclareOptions, types::FieldTable};
-use shared::broker::{self, PARK_LIMIT};
 use tests::{ApiOptions, Backend, TestApi, WAIT};
+use webhooks_queue::PARK_LIMIT;
+use webhooks_queue::amqp as broker;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_that_cannot_be_processed_stops_cycling() {

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shared::model::Scope;
 use tests::{ApiOptions, DeveloperKey, TestApi};
+use webhooks_model::Scope;
 
 fn limited(per_second: u32, burst: u32) -> ApiOptions {
     let extra_args =

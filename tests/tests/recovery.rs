@@ -51,15 +51,16 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
     // A window before everything queues nothing, nor does one that ends
     // before it starts.
     let before = at(&failed[0]) - chrono::Duration::hours(1);
-    let empty = json!({ "since": shared::time::format(&(before - chrono::Duration::hours(1))),
-                        "until": shared::time::format(&before) });
+    let empty = json!({ "since": webhooks_model::time::format(&(before - chrono::Duration::hours(1))),
+                        "until": webhooks_model::time::format(&before) });
     assert_eq!(recover(&api, &key, &webhook, empty).await, 0);
-    let backwards = json!({ "since": shared::time::format(&at(&later)), "until": shared::time::format(&before) });
+    let backwards =
+        json!({ "since": webhooks_model::time::format(&at(&later)), "until": webhooks_model::time::format(&before) });
     assert_eq!(recover(&api, &key, &webhook, backwards).await, 0);
 
     // The window holds the failed three and the missed one, not `later`.
-    let window = json!({ "since": shared::time::format(&at(&failed[0])),
-                         "until": shared::time::format(&at(&later)) });
+    let window = json!({ "since": webhooks_model::time::format(&at(&failed[0])),
+                         "until": webhooks_model::time::format(&at(&later)) });
     assert_eq!(recover(&api, &key, &webhook, window.clone()).await, 4);
     let mut wanted: Vec<String> = failed.iter().map(event_id).collect();
     wanted.push(event_id(&missed));
@@ -84,7 +85,7 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
     assert_eq!(receiver.count(), requests + 4, "{:?}", received_ids(&receiver));
 
     // Scope and ownership as for every endpoint call.
-    let reader = api.key_for(key.developer_id(), &[shared::model::Scope::WebhooksRead]).await;
+    let reader = api.key_for(key.developer_id(), &[webhooks_model::Scope::WebhooksRead]).await;
     api.post(&format!("/webhooks/{}/recover", id(&webhook)), &reader, &window).await.expect_error(403, "forbidden");
     let stranger = api.new_developer().await;
     api.post(&format!("/webhooks/{}/recover", id(&webhook)), &stranger, &window).await.expect_error(404, "not_found");
@@ -100,11 +101,11 @@ async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     let key = api.new_developer().await;
     let receiver = api.receiver().await;
     let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
-    let started = shared::time::now();
+    let started = webhooks_model::time::now();
     let events = ingest_many(&api, key.developer_id(), "customer", EVENTS, 16).await;
     assert_eq!(events.len(), EVENTS);
     // No dispatcher yet: the recovery answers before anything is delivered.
-    let window = json!({ "since": shared::time::format(&(started - chrono::Duration::seconds(1))) });
+    let window = json!({ "since": webhooks_model::time::format(&(started - chrono::Duration::seconds(1))) });
     assert_eq!(recover(&api, &key, &webhook, window).await, EVENTS as u64);
     let mut dispatcher = api.start_dispatcher().await.unwrap();
     let ids: Vec<String> = events.iter().map(event_id).collect();

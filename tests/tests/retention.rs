@@ -193,7 +193,7 @@ async fn a_deleted_endpoint_loses_its_key_and_what_was_queued_for_it_is_cancelle
 
     api.delete(&format!("/webhooks/{}", id(&doomed)), &key).await.expect(200);
     let stored = api.store.load_endpoint(&id(&doomed)).await.unwrap().expect("a deleted endpoint stays stored");
-    assert_eq!(stored.status, shared::model::EndpointStatus::Deleted);
+    assert_eq!(stored.status, webhooks_model::EndpointStatus::Deleted);
     assert!(stored.private_key.is_empty(), "a deleted endpoint kept its private key");
     let kept = api.store.load_endpoint(&id(&other)).await.unwrap().expect("the other endpoint");
     assert!(!kept.private_key.is_empty(), "the other endpoint lost its key");

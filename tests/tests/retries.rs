@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use shared::signing::SIGNATURE_HEADER;
 use tests::{ApiOptions, Reply, TestApi, WAIT};
+use webhooks_signature::platform::SIGNATURE_HEADER;
 
 fn schedule(retry_schedule: &str) -> ApiOptions {
     ApiOptions { retry_schedule: Some(retry_schedule.to_owned()), ..ApiOptions::default() }

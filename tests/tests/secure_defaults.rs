@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use reqwest::Method;
 use serde_json::json;
-use shared::{config::Environment, model::Scope};
 use tests::{ApiOptions, Backend, TestApi, WAIT};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
+use webhooks_config::Environment;
+use webhooks_model::Scope;
 
 /// 32 bytes, base64: a throwaway key-encryption key.
 const KEK: &str = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";

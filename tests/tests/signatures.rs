@@ -9,8 +9,8 @@ use std::time::Duration;
 use base64::{Engine as _, engine::general_purpose::STANDARD};
 use common::*;
 use serde_json::{Value, json};
-use shared::signing::{self, SIGNATURE_HEADER, Verifier};
 use tests::{ApiOptions, DeveloperKey, Receiver, RecordedRequest, TestApi, WAIT, expect};
+use webhooks_signature::{platform as signing, platform::SIGNATURE_HEADER, platform::Verifier};
 
 /// The overlap these tests run with: long enough to deliver during it.
 const OVERLAP: Duration = Duration::from_secs(6);
@@ -209,7 +209,7 @@ async fn rotation_and_schemes_refuse_what_they_should() {
     let answer = api.post("/webhooks", &key, &json!({ "url": receiver.url(), "signature_scheme": "hmac" })).await;
     answer.expect_error(400, "invalid");
     let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
-    let reader = api.key_for(key.developer_id(), &[shared::model::Scope::WebhooksRead]).await;
+    let reader = api.key_for(key.developer_id(), &[webhooks_model::Scope::WebhooksRead]).await;
     api.post(&format!("/webhooks/{}/rotate_key", id(&webhook)), &reader, &json!({}))
         .await
         .expect_error(403, "forbidden");

@@ -16,8 +16,9 @@ use lapin::{
     types::FieldTable,
 };
 use serde_json::Value;
-use shared::broker::{self, DeliveryMessage, Envelope, Message};
 use tests::{ApiOptions, DeveloperKey, Reply, TestApi, WAIT};
+use webhooks_queue::DeliveryMessage;
+use webhooks_queue::amqp as broker;
 
 /// The shortest sweep interval the API takes.
 const SWEEP: &str = "10s";
@@ -255,7 +256,7 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
             .fetch_one(pool)
             .await
             .unwrap();
-    let message = DeliveryMessage {
+    let message = DeliveryMessage::from(webhooks_store::DueDelivery {
         delivery_id,
         event_id: event_id(&event),
         endpoint_id: id(&endpoint),
@@ -269,8 +270,8 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
         lane: Default::default(),
         body: event.to_string(),
         event_created_at: event["event_created_at"].as_str().unwrap().parse().unwrap(),
-    };
-    publish(&channel, &dead, &Envelope::new(Message::Delivery(message)).to_bytes()).await;
+    });
+    publish(&channel, &dead, &webhooks_queue::message::encode_delivery(&message)).await;
     publish(&channel, &dead, b"not json").await;
 
     let listed = dead_letters(&api, &["list"]);

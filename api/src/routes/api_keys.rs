@@ -8,12 +8,12 @@ use axum::{
     routing::{delete, get},
 };
 use serde::{Deserialize, Serialize};
-use shared::model::{ApiKey, ApiKeyType, List, Scope};
 use utoipa::{
     PartialSchema, ToSchema,
     openapi::{ArrayBuilder, ObjectBuilder, OneOfBuilder, RefOr, Schema, Type},
 };
 use uuid::Uuid;
+use webhooks_model::{ApiKey, ApiKeyType, List, Scope};
 
 use crate::{
     auth::Caller,

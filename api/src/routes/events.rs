@@ -8,13 +8,10 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use shared::{
-    ids,
-    model::{Category, DeliveryLog, Event, List, Scope},
-    store::{EventPage, SendOutcome, StoredEvent},
-};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+use webhooks_model::{Category, DeliveryLog, Event, List, Scope, ids};
+use webhooks_store::{EventPage, SendOutcome, StoredEvent};
 
 use crate::{
     auth::Caller,
@@ -74,7 +71,7 @@ pub struct UpcomingDeliveryState {
     /// Attempts made so far.
     pub attempts: i32,
     /// When the next attempt is due; null while held.
-    #[serde(serialize_with = "shared::time::serialize_option")]
+    #[serde(serialize_with = "webhooks_model::time::serialize_option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
 }

@@ -6,7 +6,7 @@ pub mod events;
 pub mod webhooks;
 
 use axum::{Router, extract::DefaultBodyLimit, middleware, routing::get};
-use shared::model::Scope;
+use webhooks_model::Scope;
 
 use crate::{auth, error::ApiError, idempotency, openapi, state::AppState};
 

@@ -2,18 +2,15 @@
 
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use serde::{Deserialize, Serialize};
-use shared::{
-    ids, keys,
-    model::{
-        Category, DeliveryOrder, EndpointStatus, EventEpoch, List, RATE_LIMIT_RANGE, Scope, SignatureScheme, Webhook,
-    },
-    net::{self, parse_target_url},
-    store::{
-        EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, RecoveryWindow, ReplacementKey, UpdateOutcome,
-    },
-    tls,
-};
 use utoipa::{IntoParams, ToSchema};
+use webhooks_keys as keys;
+use webhooks_model::{
+    Category, DeliveryOrder, EndpointStatus, EventEpoch, List, RATE_LIMIT_RANGE, Scope, SignatureScheme, Webhook, ids,
+};
+use webhooks_net::{guard as net, guard::parse_target_url, tls};
+use webhooks_store::{
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, RecoveryWindow, ReplacementKey, UpdateOutcome,
+};
 
 use crate::{
     auth::Caller,
@@ -202,7 +199,7 @@ async fn new_key_pair(state: &AppState, scheme: SignatureScheme, id: &str) -> Ap
 async fn replacement(state: &AppState, scheme: SignatureScheme, id: &str) -> ApiResult<ReplacementKey> {
     let (public_key, private_key) = new_key_pair(state, scheme, id).await?;
     let overlap = chrono::Duration::from_std(state.config.key_rotation_overlap).unwrap_or(chrono::Duration::MAX);
-    Ok(ReplacementKey { scheme, public_key, private_key, previous_expires_at: shared::time::now() + overlap })
+    Ok(ReplacementKey { scheme, public_key, private_key, previous_expires_at: webhooks_model::time::now() + overlap })
 }
 
 /// Registers an endpoint.
@@ -321,7 +318,8 @@ pub async fn update(
     let current = find(&state, &caller, &id).await?;
     // A valid url is compared normalised: `https://Example.COM:443/p`
     // repeats `https://example.com/p` and is no change, even while active.
-    let unchanged = |raw: &str| parse_target_url(raw).is_ok_and(|url| net::same_url(url.as_str(), &current.url));
+    let unchanged =
+        |raw: &str| parse_target_url(raw).is_ok_and(|url| webhooks_model::same_url(url.as_str(), &current.url));
     let url = match body.url {
         Some(raw) if !unchanged(&raw) => {
             if current.status == EndpointStatus::Active {
@@ -477,7 +475,7 @@ pub async fn recover(
     let endpoint = find(&state, &caller, &id).await?;
     // A window that ends before it starts (or starts in the future) is
     // empty: nothing to queue.
-    let until = body.until.unwrap_or_else(shared::time::now);
+    let until = body.until.unwrap_or_else(webhooks_model::time::now);
     let window = RecoveryWindow { since: body.since, until };
     let queued = state.store.recoverable(&endpoint, window).await?;
     tracing::info!(endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");

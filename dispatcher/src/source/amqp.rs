@@ -17,13 +17,13 @@ use lapin::{
     },
     types::{FieldTable, ShortString},
 };
-use shared::{
-    broker::{self, DeliveryMessage, Envelope, Lane, Message, Topology},
-    store::Parked,
-};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+use webhooks_model::{Lane, Topology};
+use webhooks_queue::amqp as broker;
+use webhooks_queue::{DeliveryMessage, Message, message};
+use webhooks_store::Parked;
 
 use super::{Handlers, Ticket};
 use crate::{
@@ -158,7 +158,7 @@ pub async fn session(
 ) -> anyhow::Result<()> {
     let connection = broker::connect(&context.common.amqp_url, "webhooks-dispatcher").await.context("connect")?;
     let channel = connection.create_channel().await.context("open channel")?;
-    topology.declare(&channel).await.context("declare topology")?;
+    broker::declare(topology, &channel).await.context("declare topology")?;
     let publisher = connection.create_channel().await.context("open publish channel")?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
 
@@ -323,10 +323,15 @@ impl LaneConsumer {
 /// The delivery a message asks for; a message that is not one goes to the
 /// dead-letter queue.
 fn parse(context: &Context, data: &[u8]) -> Option<DeliveryMessage> {
-    match serde_json::from_slice::<Envelope>(data) {
-        Ok(Envelope { message: Message::Delivery(message), .. }) => Some(message),
-        Ok(_) | Err(_) => {
-            tracing::error!(bytes = data.len(), "unprocessable message; moved to the dead-letter queue");
+    match message::decode(data) {
+        Ok(Message::Delivery(message)) => Some(message),
+        Ok(Message::EndpointChanged(_)) => {
+            tracing::error!("an endpoint change on a work queue; moved to the dead-letter queue");
+            context.metrics.outcome("dead_lettered");
+            None
+        }
+        Err(error) => {
+            tracing::error!(%error, bytes = data.len(), "unprocessable message; moved to the dead-letter queue");
             context.metrics.outcome("dead_lettered");
             None
         }
@@ -334,8 +339,8 @@ fn parse(context: &Context, data: &[u8]) -> Option<DeliveryMessage> {
 }
 
 fn invalidate(context: &Context, data: &[u8]) {
-    match serde_json::from_slice::<Envelope>(data) {
-        Ok(Envelope { message: Message::EndpointChanged(change), .. }) => {
+    match message::decode(data) {
+        Ok(Message::EndpointChanged(change)) => {
             tracing::debug!(endpoint_id = %change.endpoint_id, change = ?change.change, "endpoint changed");
             context.cache.invalidate(&change.endpoint_id);
         }
@@ -354,7 +359,7 @@ async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Dura
     match publish_retry_once(session, message, delay).await {
         Err(error) if error.is::<RetryQueueMissing>() => {
             tracing::warn!(error = format!("{error:#}"), "declaring the queues again");
-            session.topology.declare(&session.publisher).await.context("declare topology")?;
+            broker::declare(&session.topology, &session.publisher).await.context("declare topology")?;
             publish_retry_once(session, message, delay).await
         }
         result => result,
@@ -363,7 +368,7 @@ async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Dura
 
 async fn publish_retry_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
     let (queue, wait) = session.topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
-    let payload = Envelope::new(Message::Delivery(message.clone())).to_bytes();
+    let payload = message::encode_delivery(message);
     let properties = broker::persistent_json().with_expiration(wait.as_millis().to_string().into());
     let confirm = session
         .publisher

@@ -8,12 +8,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use shared::{
-    broker::{DeliveryMessage, Lane},
-    store::sqlite::SqliteStore,
-};
 use tokio::sync::{Notify, Semaphore, broadcast::error::RecvError};
 use tokio_util::sync::CancellationToken;
+use webhooks_model::Lane;
+use webhooks_queue::DeliveryMessage;
+use webhooks_store::sqlite::SqliteStore;
 
 use super::{Handlers, Ticket};
 use crate::worker::{self, Context};
@@ -119,7 +118,7 @@ impl PutBack {
 async fn put_back(store: &SqliteStore, wake: &Notify, delivery_id: i64, generation: Option<i32>, back: PutBack) {
     let mut pause = Duration::from_millis(100);
     loop {
-        let until = shared::time::now() + chrono::Duration::from_std(back.delay).unwrap_or_default();
+        let until = webhooks_model::time::now() + chrono::Duration::from_std(back.delay).unwrap_or_default();
         match store.defer(delivery_id, generation, until, back.parks, back.pace_ticket).await {
             Ok(()) => break,
             Err(error) => {
@@ -173,7 +172,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
                             generation: message.generation,
                             settled: false,
                         };
-                        handlers.spawn(context.clone(), message, Ticket::Embedded(ticket), (slot, bulk_slot));
+                        handlers.spawn(context.clone(), message.into(), Ticket::Embedded(ticket), (slot, bulk_slot));
                     }
                 }
                 Err(error) => {
@@ -192,7 +191,7 @@ pub async fn run(context: Arc<Context>, store: SqliteStore, shutdown: Cancellati
             continue;
         }
         let until_due = match store.next_due_at(bulk_free > 0).await {
-            Ok(Some(at)) => (at - shared::time::now()).to_std().unwrap_or_default().min(IDLE_LOOK),
+            Ok(Some(at)) => (at - webhooks_model::time::now()).to_std().unwrap_or_default().min(IDLE_LOOK),
             Ok(None) => IDLE_LOOK,
             Err(error) => {
                 tracing::error!(%error, "cannot read the next due time");

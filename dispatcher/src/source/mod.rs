@@ -15,8 +15,8 @@ pub mod embedded;
 
 use std::{sync::Arc, time::Duration};
 
-use shared::broker::DeliveryMessage;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use webhooks_queue::DeliveryMessage;
 
 use crate::worker::{self, Context};
 
@@ -114,7 +114,7 @@ impl Ticket {
     /// Puts the message back for `delay` behind an endpoint that hangs: on
     /// RabbitMQ its delivery waits in the store, with no message, until the
     /// endpoint answers again or the delay is over (see
-    /// [`shared::store::Store::release_set_aside`]); the embedded queue is
+    /// [`webhooks_store::Store::release_set_aside`]); the embedded queue is
     /// the store, so there it is a [`Ticket::defer`].
     pub async fn set_aside(self, context: &Context, message: &DeliveryMessage, delay: Duration) {
         match self {

@@ -432,8 +432,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// CPU time (one core's rate, even on a busy machine), and per second of
 /// wall-clock time.
 fn signatures_per_second(ticks: f64) -> anyhow::Result<(f64, f64)> {
-    let pair = shared::keys::generate_rsa_2048()?;
-    let signer = shared::signing::Signer::from_pkcs8_der(&pair.private_pkcs8_der)?;
+    let pair = webhooks_keys::generate_rsa_2048()?;
+    let signer = webhooks_signature::platform::Signer::from_pkcs8_der(&pair.private_pkcs8_der)?;
     let body = event_body("00000000-0000-0000-0000-000000000000", 1).to_string();
     let (started, cpu0) = (Instant::now(), cpu_of_stat("/proc/thread-self/stat", ticks));
     let mut n = 0u64;
@@ -1142,8 +1142,8 @@ async fn main() -> anyhow::Result<()> {
     let prefix = random_prefix();
     // Its queues go at the end, or when the bench fails: a left-over backlog
     // in a quorum queue would weigh on every later run.
-    let schedule: shared::config::RetrySchedule =
-        shared::config::DEFAULT_RETRY_SCHEDULE.parse().map_err(anyhow::Error::msg)?;
+    let schedule: webhooks_model::RetrySchedule =
+        webhooks_model::DEFAULT_RETRY_SCHEDULE.parse().map_err(anyhow::Error::msg)?;
     let queues = QueueCleanup::new(&amqp_url(), &prefix, &schedule);
     let (api_port, internal_port) = (free_port()?, free_port()?);
     let stack = Stack {

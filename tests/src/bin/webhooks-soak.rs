@@ -125,7 +125,7 @@ async fn soak(flags: &Flags) -> anyhow::Result<bool> {
     let producer = Producer {
         ingest_url: stack.ingest_url(),
         developers: vec![developer],
-        categories: vec![shared::model::Category::Transfer, shared::model::Category::Customer],
+        categories: vec![webhooks_model::Category::Transfer, webhooks_model::Category::Customer],
         run_id: format!("soak-{}", random_suffix()),
         give_up_after: Duration::from_secs(60),
         request_timeout: Duration::from_secs(15),

@@ -11,9 +11,9 @@ use std::{
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use shared::signing::SIGNATURE_HEADER;
 use tests::{ApiResponse, DeveloperKey, Receiver, RecordedRequest, TestApi, WAIT, expect};
 use uuid::Uuid;
+use webhooks_signature::platform::SIGNATURE_HEADER;
 
 /// A body for `POST /internal/events`; `n` makes the object distinct.
 pub fn event_input(developer_id: Uuid, category: &str, n: usize) -> Value {

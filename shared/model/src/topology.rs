@@ -1,0 +1,120 @@
+//! The names of every exchange and queue of one deployment, and the lanes a
+//! delivery waits in. Every name starts with `QUEUE_PREFIX`:
+//!
+//! ```text
+//! {p}.deliveries, {p}.deliveries.bulk    the work queues of the two lanes
+//! {p}.retry.<ms>ms, {p}.retry.bulk.<ms>ms  one retry queue per delay and lane
+//! {p}.dead                                messages that could not be processed
+//! {p}.lifecycle                           the fanout exchange of endpoint changes
+//! ```
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::RetrySchedule;
+
+/// Which of the two work queues a delivery waits in (README, "Scheduling"):
+/// a developer's events within their fair share go to `default`, the rest,
+/// and backlogs by nature (recovery, sweeps, dead-letter replays), to `bulk`,
+/// which may hold at most three quarters of a dispatcher's slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    #[default]
+    Default,
+    Bulk,
+}
+
+impl Lane {
+    pub fn is_default(&self) -> bool {
+        *self == Lane::Default
+    }
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Default => "default",
+            Lane::Bulk => "bulk",
+        }
+    }
+}
+
+/// Names of every exchange and queue of one deployment.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    prefix: String,
+    retry_delays: Vec<Duration>,
+}
+
+impl Topology {
+    /// The topology of `prefix`, with one retry queue per distinct delay.
+    pub fn new(prefix: &str, schedule: &RetrySchedule) -> Topology {
+        let mut retry_delays = schedule.delays().to_vec();
+        retry_delays.sort();
+        retry_delays.dedup();
+        Topology { prefix: prefix.to_owned(), retry_delays }
+    }
+
+    /// The work queue dispatchers consume first.
+    pub fn deliveries(&self) -> String {
+        format!("{}.deliveries", self.prefix)
+    }
+
+    /// The work queue of `lane`: [`Topology::deliveries`], or
+    /// `{p}.deliveries.bulk`.
+    pub fn work_queue(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Default => self.deliveries(),
+            Lane::Bulk => format!("{}.deliveries.bulk", self.prefix),
+        }
+    }
+
+    /// Every queue of the topology (not the lifecycle listeners' own).
+    pub fn queues(&self) -> Vec<String> {
+        let mut queues = vec![self.work_queue(Lane::Default), self.work_queue(Lane::Bulk), self.dead()];
+        for delay in &self.retry_delays {
+            queues.push(self.retry_in(Lane::Default, *delay));
+            queues.push(self.retry_in(Lane::Bulk, *delay));
+        }
+        queues
+    }
+
+    /// Where messages go that cannot be processed.
+    pub fn dead(&self) -> String {
+        format!("{}.dead", self.prefix)
+    }
+
+    /// The fanout exchange of endpoint changes.
+    pub fn lifecycle(&self) -> String {
+        format!("{}.lifecycle", self.prefix)
+    }
+
+    /// The retry queue that holds a message of the default lane for `delay`.
+    pub fn retry(&self, delay: Duration) -> String {
+        self.retry_in(Lane::Default, delay)
+    }
+
+    /// The retry queue that holds a message of `lane` for `delay`; it
+    /// dead-letters back into the lane's work queue.
+    pub fn retry_in(&self, lane: Lane, delay: Duration) -> String {
+        match lane {
+            Lane::Default => format!("{}.retry.{}ms", self.prefix, delay.as_millis()),
+            Lane::Bulk => format!("{}.retry.bulk.{}ms", self.prefix, delay.as_millis()),
+        }
+    }
+
+    /// The retry queue that can hold a message for `delay`, and how long the
+    /// message should wait in it: the smallest tier at least as long as
+    /// `delay` (the message then carries `delay` as its own expiration), or the
+    /// longest tier when none is.
+    pub fn retry_route(&self, lane: Lane, delay: Duration) -> Option<(String, Duration)> {
+        let tier = self.retry_delays.iter().find(|tier| **tier >= delay).or_else(|| self.retry_delays.last())?;
+        Some((self.retry_in(lane, *tier), delay.min(*tier)))
+    }
+
+    /// The distinct retry delays, one retry queue each per lane, shortest first.
+    pub fn retry_delays(&self) -> &[Duration] {
+        &self.retry_delays
+    }
+}

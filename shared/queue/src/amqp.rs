@@ -1,0 +1,140 @@
+//! RabbitMQ: declaring the topology, connecting, and the properties every
+//! message is published with.
+//!
+//! ```text
+//! {p}.deliveries, {p}.deliveries.bulk   quorum work queues; dead-letter poison messages to {p}.dead
+//! {p}.retry[.bulk].<ms>ms             one quorum queue per retry delay and lane: TTL, then
+//!                                     dead-lettered (at least once) back to its work queue
+//! {p}.dead                            messages that could not be processed, kept for operators
+//! {p}.lifecycle                       fanout exchange of endpoint changes
+//! ```
+//! Declarations are idempotent: whichever process starts first creates them.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use lapin::{
+    Channel, Connection, ConnectionProperties, ExchangeKind,
+    options::{ExchangeDeclareOptions, QueueDeclareOptions},
+    types::{AMQPValue, FieldTable, LongString, ShortString},
+};
+use webhooks_model::{Lane, Topology};
+
+/// How many times a delivery message may be handed back (crash, nack) before
+/// the broker moves it to the dead-letter queue.
+pub const DELIVERY_LIMIT: i64 = 50;
+
+/// Declares everything of `topology`; idempotent, and consistent across
+/// processes that share `QUEUE_PREFIX` and `RETRY_SCHEDULE`.
+pub async fn declare(topology: &Topology, channel: &Channel) -> lapin::Result<()> {
+    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+
+    channel
+        .exchange_declare(
+            topology.lifecycle().as_str().into(),
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await?;
+
+    let mut dead = FieldTable::default();
+    dead.insert("x-queue-type".into(), long_string("quorum"));
+    channel.queue_declare(topology.dead().as_str().into(), durable, dead).await?;
+
+    for lane in [Lane::Default, Lane::Bulk] {
+        let mut work = FieldTable::default();
+        work.insert("x-queue-type".into(), long_string("quorum"));
+        work.insert("x-dead-letter-exchange".into(), long_string(""));
+        work.insert("x-dead-letter-routing-key".into(), long_string(&topology.dead()));
+        work.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
+        channel.queue_declare(topology.work_queue(lane).as_str().into(), durable, work).await?;
+        declare_retries(topology, channel, lane).await?;
+    }
+    Ok(())
+}
+
+async fn declare_retries(topology: &Topology, channel: &Channel, lane: Lane) -> lapin::Result<()> {
+    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    for delay in topology.retry_delays() {
+        let mut retry = FieldTable::default();
+        retry.insert("x-queue-type".into(), long_string("quorum"));
+        retry.insert(
+            "x-message-ttl".into(),
+            AMQPValue::LongLongInt(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+        );
+        retry.insert("x-dead-letter-exchange".into(), long_string(""));
+        retry.insert("x-dead-letter-routing-key".into(), long_string(&topology.work_queue(lane)));
+        retry.insert("x-dead-letter-strategy".into(), long_string("at-least-once"));
+        retry.insert("x-overflow".into(), long_string("reject-publish"));
+        channel.queue_declare(topology.retry_in(lane, *delay).as_str().into(), durable, retry).await?;
+    }
+    Ok(())
+}
+
+fn long_string(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value))
+}
+
+/// How long opening a connection may take. A broker that accepts the TCP
+/// connection but never finishes the AMQP handshake (one still booting, or
+/// under a resource alarm) must not hold a process's reconnect loop forever.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Opens a connection to RabbitMQ within [`CONNECT_TIMEOUT`], named after the
+/// process so operators can tell connections apart in the management UI.
+pub async fn connect(amqp_url: &str, process: &str) -> anyhow::Result<Connection> {
+    let options =
+        ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
+    let connected = match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, options)).await {
+        Ok(connected) => connected.map_err(anyhow::Error::new),
+        Err(_) => Err(anyhow::anyhow!("no AMQP handshake within {CONNECT_TIMEOUT:?}")),
+    };
+    connected.with_context(|| {
+        format!(
+            "cannot reach RabbitMQ at {}: start it (or install it), point AMQP_URL at a running broker, \
+             or run `webhooks-api standalone`, which needs neither RabbitMQ nor PostgreSQL",
+            webhooks_config::redacted_url(amqp_url)
+        )
+    })
+}
+
+/// Runs broker sessions until `shutdown`: each time `session` fails (the broker
+/// went away, a channel closed), waits under capped exponential backoff with
+/// jitter and starts a new one. A session that returns `Ok` ends the loop; one
+/// that lasted over 30 s resets the backoff.
+pub async fn reconnecting<F, Fut>(what: &str, shutdown: &tokio_util::sync::CancellationToken, mut session: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use backon::BackoffBuilder;
+    let backoff = || {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(10))
+            .with_jitter()
+            .without_max_times()
+            .build()
+    };
+    let mut delays = backoff();
+    while !shutdown.is_cancelled() {
+        let started = tokio::time::Instant::now();
+        match session().await {
+            Ok(()) => return,
+            Err(error) => tracing::warn!(error = format!("{error:#}"), "{what}: broker session ended; reconnecting"),
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            delays = backoff();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// The persistent-delivery properties every message is published with.
+pub fn persistent_json() -> lapin::BasicProperties {
+    lapin::BasicProperties::default().with_delivery_mode(2).with_content_type(ShortString::from("application/json"))
+}

@@ -1,0 +1,361 @@
+//! Webhook endpoints and their lifecycle record. Every change is written with
+//! its `endpoint_changes` row (and, in the distributed mode, its lifecycle
+//! message) in one transaction.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use webhooks_model::{
+    Category, ChangeKind, DeliveryOrder, DisabledReason, EndpointStatus, EventEpoch, Health, SignatureScheme, Webhook,
+};
+
+/// An endpoint as stored, private key included (still sealed).
+#[derive(Clone)]
+pub struct EndpointRecord {
+    pub id: String,
+    pub developer_id: Uuid,
+    pub url: String,
+    pub status: EndpointStatus,
+    pub event_epoch: EventEpoch,
+    pub event_categories: Vec<Category>,
+    /// The public key as the API shows it (PEM, or `whpk_…` for `standard`).
+    pub public_key_pem: String,
+    /// Sealed by `webhooks_keys::KeyCipher`; opened only to sign. Empty once
+    /// the endpoint is deleted: nothing may sign for it again.
+    pub private_key: Vec<u8>,
+    pub signature_scheme: SignatureScheme,
+    /// The key a rotation or scheme change replaced, while it overlaps.
+    pub previous_key: Option<StoredKey>,
+    pub disabled_reason: Option<DisabledReason>,
+    pub health: Health,
+    /// The most attempts per second, across every dispatcher.
+    pub rate_limit_per_second: Option<u32>,
+    pub ordering: DeliveryOrder,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A signing key as stored: its scheme, public half and sealed private half,
+/// and for a replaced key, when it stops signing.
+#[derive(Clone)]
+pub struct StoredKey {
+    pub scheme: SignatureScheme,
+    pub public_key: String,
+    pub private_key: Vec<u8>,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKey")
+            .field("scheme", &self.scheme)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh key pair for an endpoint (rotation, scheme change): the current
+/// key becomes the previous one until `previous_expires_at`.
+#[derive(Clone)]
+pub struct ReplacementKey {
+    pub scheme: SignatureScheme,
+    pub public_key: String,
+    /// Sealed.
+    pub private_key: Vec<u8>,
+    pub previous_expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for ReplacementKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplacementKey").field("scheme", &self.scheme).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for EndpointRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointRecord")
+            .field("id", &self.id)
+            .field("developer_id", &self.developer_id)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EndpointRecord {
+    /// The public view of the endpoint.
+    pub fn to_webhook(&self) -> Webhook {
+        Webhook {
+            id: self.id.clone(),
+            url: self.url.clone(),
+            status: self.status,
+            public_key: self.public_key_pem.clone(),
+            signature_scheme: self.signature_scheme,
+            previous_public_key: self.previous_key.as_ref().map(|k| k.public_key.clone()),
+            previous_key_expires_at: self.previous_key.as_ref().map(|k| k.expires_at),
+            disabled_reason: self.disabled_reason,
+            health: self.health.clone(),
+            rate_limit_per_second: self.rate_limit_per_second,
+            ordering: self.ordering,
+            event_epoch: self.event_epoch,
+            event_categories: self.event_categories.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+
+    /// Whether an event of `category` created at `created_at` is meant for
+    /// this endpoint by its categories and its epoch (API.md §5 rules 1, 4).
+    pub fn wants(&self, category: Option<Category>, created_at: DateTime<Utc>) -> bool {
+        let in_categories = category.is_some_and(|c| webhooks_model::categories_include(&self.event_categories, c));
+        let in_epoch = self.event_epoch == EventEpoch::BeginningOfTime || created_at >= self.created_at;
+        in_categories && in_epoch
+    }
+}
+
+/// An endpoint about to be stored.
+#[derive(Debug)]
+pub struct NewEndpoint {
+    pub id: String,
+    pub developer_id: Uuid,
+    pub url: String,
+    pub event_epoch: EventEpoch,
+    pub event_categories: Vec<Category>,
+    pub public_key_pem: String,
+    pub private_key: Vec<u8>,
+    pub signature_scheme: SignatureScheme,
+    pub rate_limit_per_second: Option<u32>,
+    pub ordering: DeliveryOrder,
+}
+
+/// What a PUT (or a rotation) asks to change; `None` leaves a field alone.
+#[derive(Debug, Default)]
+pub struct EndpointUpdate {
+    pub url: Option<String>,
+    pub status: Option<EndpointStatus>,
+    pub event_categories: Option<Vec<Category>>,
+    /// A new key pair: a rotation (same scheme) or a scheme change.
+    pub new_key: Option<ReplacementKey>,
+    /// `Some(None)` removes the limit.
+    pub rate_limit_per_second: Option<Option<u32>>,
+    pub ordering: Option<DeliveryOrder>,
+}
+
+/// How an update ended.
+#[derive(Debug)]
+pub enum UpdateOutcome {
+    Updated(Box<EndpointRecord>),
+    NotFound,
+    /// The url may change only while the endpoint is disabled.
+    UrlChangeWhileActive,
+}
+
+/// Who made a change, for the lifecycle record: a key, or the service itself
+/// (`None`: an automatic disable).
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointChange {
+    pub api_key_id: Option<Uuid>,
+}
+
+impl EndpointChange {
+    /// A change made with the API key `id`.
+    pub fn by_key(id: Uuid) -> EndpointChange {
+        EndpointChange { api_key_id: Some(id) }
+    }
+}
+
+/// One recorded change: its kind and what it changed.
+pub type ChangeDetail = (ChangeKind, serde_json::Value);
+
+/// The named parts of a stored endpoint row (status, epoch, categories) as
+/// domain values; a name neither backend writes means the row is corrupt.
+pub(crate) fn parse_names<S: AsRef<str>>(
+    id: &str,
+    status: &str,
+    event_epoch: &str,
+    categories: &[S],
+) -> Result<(EndpointStatus, EventEpoch, Vec<Category>), crate::StoreError> {
+    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    Ok((
+        status.parse().map_err(|()| corrupt("status"))?,
+        event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
+        categories.iter().map(|c| c.as_ref().parse().map_err(|()| corrupt("category"))).collect::<Result<_, _>>()?,
+    ))
+}
+
+/// The stored names of `categories`.
+pub(crate) fn category_names(categories: &[Category]) -> Vec<&'static str> {
+    categories.iter().map(|c| c.as_str()).collect()
+}
+
+/// Sorted and without repeats, so equal sets compare equal.
+pub(crate) fn normalised(mut categories: Vec<Category>) -> Vec<Category> {
+    categories.sort();
+    categories.dedup();
+    categories
+}
+
+/// Why an update is refused: the url may change only while the endpoint is
+/// disabled.
+#[derive(Debug)]
+pub(crate) struct UrlChangeWhileActive;
+
+impl From<UrlChangeWhileActive> for UpdateOutcome {
+    fn from(_: UrlChangeWhileActive) -> UpdateOutcome {
+        UpdateOutcome::UrlChangeWhileActive
+    }
+}
+
+/// Applies `update` to `record` and lists the changes to record, one per field
+/// that changed; `Err` when the update is refused. Both backends run it inside
+/// the transaction that holds the endpoint's row.
+pub(crate) fn apply_update(
+    record: &mut EndpointRecord,
+    update: EndpointUpdate,
+) -> Result<Vec<ChangeDetail>, UrlChangeWhileActive> {
+    let mut changes = Vec::new();
+    // Another spelling of the current url (host case, default port) is not
+    // a change: it would refuse an active endpoint and record nothing real.
+    if let Some(url) = update.url.filter(|url| !webhooks_model::same_url(url, &record.url)) {
+        if record.status == EndpointStatus::Active {
+            return Err(UrlChangeWhileActive);
+        }
+        changes.push((ChangeKind::UrlChanged, serde_json::json!({ "from": record.url, "to": url })));
+        record.url = url;
+    }
+    if let Some(categories) = update.event_categories.map(normalised)
+        && categories != normalised(record.event_categories.clone())
+    {
+        changes.push((
+            ChangeKind::CategoriesChanged,
+            serde_json::json!({ "from": record.event_categories, "to": categories }),
+        ));
+        record.event_categories = categories;
+    }
+    if let Some(status) = update.status.filter(|status| *status != record.status) {
+        let kind = match status {
+            EndpointStatus::Active => ChangeKind::Activated,
+            EndpointStatus::Disabled => ChangeKind::Disabled,
+            EndpointStatus::Deleted => ChangeKind::Deleted,
+        };
+        changes.push((kind, serde_json::json!({ "from": record.status, "to": status })));
+        record.status = status;
+        // The reason belongs to the service's disable; any change of status
+        // by a developer clears it.
+        record.disabled_reason = None;
+    }
+    if let Some(limit) = update.rate_limit_per_second.filter(|limit| *limit != record.rate_limit_per_second) {
+        changes.push((
+            ChangeKind::RateLimitChanged,
+            serde_json::json!({ "from": record.rate_limit_per_second, "to": limit }),
+        ));
+        record.rate_limit_per_second = limit;
+    }
+    if let Some(ordering) = update.ordering.filter(|ordering| *ordering != record.ordering) {
+        changes.push((ChangeKind::OrderingChanged, serde_json::json!({ "from": record.ordering, "to": ordering })));
+        record.ordering = ordering;
+    }
+    if let Some(key) = update.new_key {
+        let kind =
+            if key.scheme == record.signature_scheme { ChangeKind::KeyRotated } else { ChangeKind::SchemeChanged };
+        changes.push((
+            kind,
+            serde_json::json!({
+                "from": record.signature_scheme,
+                "to": key.scheme,
+                "previous_key_expires_at": webhooks_model::time::format(&key.previous_expires_at),
+            }),
+        ));
+        record.previous_key = Some(StoredKey {
+            scheme: record.signature_scheme,
+            public_key: std::mem::take(&mut record.public_key_pem),
+            private_key: std::mem::take(&mut record.private_key),
+            expires_at: key.previous_expires_at,
+        });
+        record.signature_scheme = key.scheme;
+        record.public_key_pem = key.public_key;
+        record.private_key = key.private_key;
+    }
+    if !changes.is_empty() {
+        record.updated_at = webhooks_model::time::now();
+    }
+    Ok(changes)
+}
+
+/// Whether `changes` include an activation, which forgets the endpoint's
+/// failing streak: it starts its health afresh.
+pub(crate) fn activates(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, _)| *kind == ChangeKind::Activated)
+}
+
+/// Whether `changes` narrow the endpoint's categories to some (none means
+/// every category): then its upcoming deliveries of other categories are
+/// cancelled, no longer wanted.
+pub(crate) fn narrows(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, details)| {
+        *kind == ChangeKind::CategoriesChanged && details["to"].as_array().is_some_and(|to| !to.is_empty())
+    })
+}
+
+/// Whether `changes` end the endpoint's ordering: then every delivery
+/// waiting for its turn goes at once.
+pub(crate) fn unorders(changes: &[ChangeDetail]) -> bool {
+    changes.iter().any(|(kind, details)| *kind == ChangeKind::OrderingChanged && details["to"] == "none")
+}
+
+/// The stored delivery order and rate limit of an endpoint.
+pub(crate) fn parse_controls(
+    id: &str,
+    ordering: &str,
+    rate_limit: Option<i64>,
+) -> Result<(DeliveryOrder, Option<u32>), crate::StoreError> {
+    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    let limit =
+        rate_limit.map(|limit| u32::try_from(limit).map_err(|_| corrupt("rate_limit_per_second"))).transpose()?;
+    Ok((ordering.parse().map_err(|()| corrupt("ordering"))?, limit))
+}
+
+/// The stored names of an endpoint's optional parts.
+pub(crate) fn parse_optional(
+    id: &str,
+    scheme: &str,
+    disabled_reason: Option<&str>,
+) -> Result<(SignatureScheme, Option<DisabledReason>), crate::StoreError> {
+    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+    let reason = match disabled_reason {
+        None => None,
+        Some("failing") => Some(DisabledReason::Failing),
+        Some(_) => return Err(corrupt("disabled_reason")),
+    };
+    Ok((scheme.parse().map_err(|()| corrupt("signature_scheme"))?, reason))
+}
+
+/// The replaced key of a row, when all its parts are there.
+pub(crate) fn previous_key(
+    id: &str,
+    scheme: Option<&str>,
+    public_key: Option<String>,
+    private_key: Option<Vec<u8>>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<Option<StoredKey>, crate::StoreError> {
+    match (scheme, public_key, private_key, expires_at) {
+        (Some(scheme), Some(public_key), Some(private_key), Some(expires_at)) => Ok(Some(StoredKey {
+            scheme: scheme
+                .parse()
+                .map_err(|()| crate::StoreError::Corrupt(format!("endpoint {id}: bad previous_scheme")))?,
+            public_key,
+            private_key,
+            expires_at,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// The stored name of a disable reason.
+pub(crate) fn reason_name(reason: Option<DisabledReason>) -> Option<&'static str> {
+    reason.map(|DisabledReason::Failing| "failing")
+}
+
+/// The details recorded with a `created` change.
+pub(crate) fn created_details(record: &EndpointRecord) -> serde_json::Value {
+    serde_json::json!({ "url": record.url, "status": record.status })
+}

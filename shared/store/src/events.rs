@@ -1,0 +1,159 @@
+//! Events and their deliveries: ingest in one transaction, the upcoming list of
+//! an endpoint, the developer's event list, and re-arming a delivery (`send`).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use webhooks_model::Category;
+
+/// An event about to be stored. Its body is `body_head || event_sequence ||
+/// body_tail`, the sequence being the one the developer's counter hands out
+/// in the same transaction.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub id: String,
+    pub developer_id: Uuid,
+    pub category: Category,
+    pub created_at: DateTime<Utc>,
+    /// The producer's `Idempotency-Key`, if it sent one.
+    pub idempotency_key: Option<String>,
+    /// The fingerprint of the request, kept with the key.
+    pub request_hash: Option<Vec<u8>>,
+    pub body_head: String,
+    pub body_tail: String,
+    /// The work queue its deliveries wait in: `bulk` past the developer's
+    /// fair share.
+    pub lane: webhooks_model::Lane,
+}
+
+/// An event stored earlier under a producer's `Idempotency-Key`.
+#[derive(Debug, Clone)]
+pub struct IdempotentEvent {
+    /// The fingerprint of the request that made it.
+    pub request_hash: Vec<u8>,
+    /// The event JSON as answered then.
+    pub body: String,
+}
+
+/// Where each delivery of an accepted event went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IngestOutcome {
+    pub sequence: i64,
+    /// Deliveries queued now (active endpoints), due at once.
+    pub queued: Vec<QueuedDelivery>,
+    /// Deliveries kept as upcoming (disabled endpoints).
+    pub held: usize,
+    /// The stored event JSON.
+    pub body: String,
+}
+
+/// A delivery that an ingest made due at once: what its first message needs
+/// besides the event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedDelivery {
+    pub delivery_id: i64,
+    pub endpoint_id: String,
+}
+
+/// For each event of a batch, whether an earlier event of the same batch has
+/// the same producer `Idempotency-Key` (of the same developer): such a twin
+/// is not stored, and answers its first's event once that is committed.
+pub(super) fn later_twins(events: &[NewEvent]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::new();
+    events
+        .iter()
+        .map(|event| event.idempotency_key.as_deref().is_some_and(|key| !seen.insert((event.developer_id, key))))
+        .collect()
+}
+
+/// A stored event body with its keys for paging.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredEvent {
+    pub id: String,
+    pub body: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Where the delivery of an upcoming event to its endpoint stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpcomingDelivery {
+    pub event_id: String,
+    /// `held`, `pending` or `retrying`.
+    pub state: String,
+    /// Attempts made so far.
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// A page request over events: newest first, with cursors.
+#[derive(Debug, Clone, Default)]
+pub struct EventPage<'a> {
+    pub category: Option<Category>,
+    pub limit: i64,
+    /// Only events older than this one.
+    pub starting_after: Option<&'a str>,
+    /// Only events newer than this one.
+    pub ending_before: Option<&'a str>,
+}
+
+/// A time window of recovery (API.md §8.6): events created at or after
+/// `since` and before `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryWindow {
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+}
+
+/// What one batch of a recovery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryBatch {
+    /// Deliveries queued by this batch.
+    pub queued: u64,
+    /// The sequence of the last event the batch looked at; `None` when it
+    /// found none: the window is done.
+    pub last_sequence: Option<i64>,
+}
+
+/// How `send` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    Queued,
+    /// The developer has no such event.
+    NoSuchEvent,
+    /// The event is the developer's but not meant for this endpoint.
+    NotForEndpoint,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(developer_id: Uuid, key: Option<&str>) -> NewEvent {
+        NewEvent {
+            id: webhooks_model::ids::new_event_id(),
+            developer_id,
+            category: Category::Transfer,
+            created_at: webhooks_model::time::now(),
+            idempotency_key: key.map(str::to_owned),
+            request_hash: key.map(|_| vec![1]),
+            body_head: String::new(),
+            body_tail: String::new(),
+            lane: webhooks_model::Lane::Default,
+        }
+    }
+
+    #[test]
+    fn only_a_later_event_with_the_same_developer_and_key_is_a_twin() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let batch = [
+            event(a, Some("k")),
+            event(b, Some("k")),
+            event(a, None),
+            event(a, Some("k")),
+            event(a, None),
+            event(a, Some("other")),
+            event(b, Some("k")),
+        ];
+        assert_eq!(later_twins(&batch), [false, false, false, true, false, false, true]);
+    }
+}

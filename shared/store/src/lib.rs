@@ -1,0 +1,477 @@
+//! The store: every read and write the two programs make, behind one handle,
+//! over either backend.
+//!
+//! - PostgreSQL ([`pg`]) for the distributed deployment: several processes,
+//!   with a transactional outbox that the API's relay publishes to RabbitMQ;
+//! - SQLite ([`sqlite`]) for standalone mode: one process, one directory,
+//!   where the deliveries table is also the delivery queue.
+//!
+//! Handlers and workers talk to [`Store`] only, never to SQL or to a backend:
+//! each method is one statement or one transaction on whichever backend runs,
+//! with the same guarantees (event sequence, endpoint limit, idempotency under
+//! concurrent twins, generations). Logic that is not SQL (what an update
+//! changes, which events an endpoint wants) lives in the backend-neutral
+//! modules here and is called by both.
+
+mod api_keys;
+pub mod batch;
+mod deliveries;
+mod endpoints;
+mod events;
+pub mod health;
+mod idempotency;
+pub mod open;
+pub mod pace;
+pub mod pg;
+mod retention;
+pub mod sqlite;
+
+pub use api_keys::{NewApiKey, hash_key};
+pub use deliveries::{AttemptRecord, DeliveryState, DueDelivery, Parked, RetryStanding, StandingQuestion, Turn};
+pub use endpoints::{
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
+};
+pub use events::{
+    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow, SendOutcome,
+    StoredEvent, UpcomingDelivery,
+};
+pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
+pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use webhooks_model::{ApiKey, DeliveryLog};
+
+/// Why a store call failed, whatever the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another request with the same producer `Idempotency-Key` stored its
+    /// event first (concurrent twins): answer that event.
+    #[error("an event with this Idempotency-Key was stored concurrently")]
+    IdempotencyKeyTaken,
+    /// A stored row cannot be read back as the domain type.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The database failed or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// The batch this call was stored in failed as a whole (group commit):
+    /// every call of the batch gets the one cause.
+    #[error("the batch failed: {0}")]
+    Batch(#[source] std::sync::Arc<StoreError>),
+}
+
+impl StoreError {
+    /// The answers of a batch of `n` calls that failed as a whole (group
+    /// commit): each gets this one cause.
+    pub fn for_batch<T>(self, n: usize) -> Vec<StoreResult<T>> {
+        let error = std::sync::Arc::new(self);
+        (0..n).map(|_| Err(StoreError::Batch(error.clone()))).collect()
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::Database(error)
+    }
+}
+
+/// The result of a store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Cheap to clone: a handle on one backend.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Postgres(pg::PgStore),
+    Sqlite(sqlite::SqliteStore),
+}
+
+/// Calls the same method on whichever backend runs.
+macro_rules! each_backend {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            Store::Postgres($store) => $call,
+            Store::Sqlite($store) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// The PostgreSQL backend, for what only the distributed mode has (the
+    /// outbox relay, migrations).
+    pub fn postgres(&self) -> Option<&pg::PgStore> {
+        match self {
+            Store::Postgres(store) => Some(store),
+            Store::Sqlite(_) => None,
+        }
+    }
+
+    /// The SQLite backend, for what only standalone mode has (its queue).
+    pub fn sqlite(&self) -> Option<&sqlite::SqliteStore> {
+        match self {
+            Store::Sqlite(store) => Some(store),
+            Store::Postgres(_) => None,
+        }
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> StoreResult<()> {
+        each_backend!(self, s => s.ping().await)
+    }
+
+    // API keys.
+
+    /// Stores a new key (and its developer, if new).
+    pub async fn create_api_key(&self, key: NewApiKey<'_>) -> StoreResult<ApiKey> {
+        each_backend!(self, s => s.create_api_key(key).await)
+    }
+
+    /// The active key with this hash, if any.
+    pub async fn find_active_api_key(&self, key_hash: &[u8]) -> StoreResult<Option<ApiKey>> {
+        each_backend!(self, s => s.find_active_api_key(key_hash).await)
+    }
+
+    /// The developer's active keys, newest first.
+    pub async fn list_api_keys(&self, developer_id: Uuid) -> StoreResult<Vec<ApiKey>> {
+        each_backend!(self, s => s.list_api_keys(developer_id).await)
+    }
+
+    /// Marks the developer's active key deleted; `None` when there is no such key.
+    pub async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
+        each_backend!(self, s => s.delete_api_key(developer_id, id).await)
+    }
+
+    // Idempotency keys.
+
+    /// Claims `key` for a request with `fingerprint`, or reports what an earlier
+    /// request with the same key left. A claim left unanswered for
+    /// [`IDEMPOTENCY_CLAIM_TIMEOUT`] (its process died) is taken over; an answer
+    /// older than [`IDEMPOTENCY_KEY_LIFETIME`] is forgotten.
+    pub async fn claim_idempotency_key(&self, developer_id: Uuid, key: &str, fingerprint: &[u8]) -> StoreResult<Claim> {
+        each_backend!(self, s => s.claim_idempotency_key(developer_id, key, fingerprint).await)
+    }
+
+    /// Records the answer of a claimed key.
+    pub async fn complete_idempotency_key(
+        &self,
+        developer_id: Uuid,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()> {
+        each_backend!(self, s => s.complete_idempotency_key(developer_id, key, response).await)
+    }
+
+    /// Forgets a claimed key whose request failed on our side, so the client
+    /// can retry with the same key.
+    pub async fn release_idempotency_key(&self, developer_id: Uuid, key: &str) -> StoreResult<()> {
+        each_backend!(self, s => s.release_idempotency_key(developer_id, key).await)
+    }
+
+    /// Deletes stored responses older than [`IDEMPOTENCY_KEY_LIFETIME`]; returns how many.
+    pub async fn purge_idempotency_keys(&self) -> StoreResult<u64> {
+        each_backend!(self, s => s.purge_idempotency_keys().await)
+    }
+
+    // Retention.
+
+    /// Deletes one batch of what is older than `cutoff` (see `retention.rs`):
+    /// at most `limit` delivery log entries by their own age, and at most
+    /// `limit` events by theirs, each with its deliveries and their log
+    /// entries, except events with a delivery still `pending` or `retrying`.
+    /// [`Purged::full`] says whether another batch may find more.
+    pub async fn purge_expired(&self, cutoff: DateTime<Utc>, limit: u32) -> StoreResult<Purged> {
+        each_backend!(self, s => s.purge_expired(cutoff, limit).await)
+    }
+
+    // Endpoints.
+
+    /// How many non-deleted endpoints the developer has.
+    pub async fn count_endpoints(&self, developer_id: Uuid) -> StoreResult<i64> {
+        each_backend!(self, s => s.count_endpoints(developer_id).await)
+    }
+
+    /// Stores a new endpoint (`disabled`) and records its creation, unless the
+    /// developer already has `limit`: then `None`. The limit holds under
+    /// concurrent creates.
+    pub async fn create_endpoint(
+        &self,
+        new: NewEndpoint,
+        limit: i64,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.create_endpoint(new, limit, by).await)
+    }
+
+    /// The developer's non-deleted endpoints, newest first.
+    pub async fn list_endpoints(&self, developer_id: Uuid) -> StoreResult<Vec<EndpointRecord>> {
+        each_backend!(self, s => s.list_endpoints(developer_id).await)
+    }
+
+    /// The developer's endpoint `id`, unless it is deleted or someone else's.
+    pub async fn get_endpoint(&self, developer_id: Uuid, id: &str) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.get_endpoint(developer_id, id).await)
+    }
+
+    /// The id and stored private key of the newest non-deleted endpoint, so a
+    /// dispatcher can check at start that its `KEY_ENCRYPTION_KEY` opens the
+    /// stored keys.
+    pub async fn newest_sealed_key(&self) -> StoreResult<Option<(String, Vec<u8>)>> {
+        each_backend!(self, s => s.newest_sealed_key().await)
+    }
+
+    /// Endpoint `id` whatever its owner or status: what a dispatcher needs.
+    pub async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.load_endpoint(id).await)
+    }
+
+    /// Applies `update` and records one lifecycle change per field that changed.
+    pub async fn update_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        update: EndpointUpdate,
+        by: EndpointChange,
+    ) -> StoreResult<UpdateOutcome> {
+        each_backend!(self, s => s.update_endpoint(developer_id, id, update, by).await)
+    }
+
+    /// Deletes the endpoint: it leaves every list, answers 404 from now on,
+    /// its upcoming deliveries are cancelled, and its private key is
+    /// overwritten (the record returned, and every later load, has none).
+    pub async fn delete_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        each_backend!(self, s => s.delete_endpoint(developer_id, id, by).await)
+    }
+
+    /// Disables, with the change `auto_disabled` and `disabled_reason:
+    /// failing`, every active endpoint whose attempts have all failed since
+    /// before `now - after` and on at least [`health::FAILING_DAYS`] days;
+    /// returns the endpoints disabled.
+    pub async fn auto_disable_failing(
+        &self,
+        now: DateTime<Utc>,
+        after: std::time::Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        each_backend!(self, s => s.auto_disable_failing(now, after).await)
+    }
+
+    /// Deletes the replaced keys whose overlap ended by `now` (API.md §8.2);
+    /// returns how many.
+    pub async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        each_backend!(self, s => s.purge_expired_keys(now).await)
+    }
+
+    // Events and deliveries.
+
+    /// Stores an event and one delivery per endpoint it is meant for
+    /// (`pending` for active endpoints, due now and queued; `held` for
+    /// disabled ones), atomically. [`StoreError::IdempotencyKeyTaken`] when a
+    /// concurrent twin with the same producer `Idempotency-Key` won.
+    pub async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
+        let mut outcomes = self.ingest_events(std::slice::from_ref(event), true).await?;
+        outcomes.pop().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest returned no outcome".into())))
+    }
+
+    /// Stores a batch of events as [`Store::ingest_event`] stores one, in one
+    /// transaction (one commit, one flush): each gets its outcome, in the
+    /// batch's order, and the event sequences follow that order. An event
+    /// whose `Idempotency-Key` an earlier event of the batch, or a concurrent
+    /// twin, already used gets [`StoreError::IdempotencyKeyTaken`] and is not
+    /// stored; the others are. `Err` when the batch failed as a whole.
+    ///
+    /// `outbox`: whether queued deliveries get an outbox row for the relay
+    /// (PostgreSQL). Without one, the caller publishes their first messages
+    /// itself (`IngestOutcome::queued`); the sweeper queues them again should
+    /// it never do so. SQLite's deliveries table is its queue: it ignores it.
+    pub async fn ingest_events(
+        &self,
+        events: &[NewEvent],
+        outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        let twins = events::later_twins(events);
+        let stored: Vec<&NewEvent> = events.iter().zip(&twins).filter(|(_, twin)| !**twin).map(|(e, _)| e).collect();
+        let mut outcomes = each_backend!(self, s => s.ingest_events(&stored, outbox).await)?.into_iter();
+        Ok(twins
+            .iter()
+            .map(|twin| match twin {
+                true => Err(StoreError::IdempotencyKeyTaken),
+                false => {
+                    outcomes.next().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest lost an outcome".into())))
+                }
+            })
+            .collect())
+    }
+
+    /// The event `developer_id` made earlier with this `Idempotency-Key`.
+    pub async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<IdempotentEvent>> {
+        each_backend!(self, s => s.find_idempotent_event(developer_id, idempotency_key).await)
+    }
+
+    /// The endpoint's upcoming events, oldest first: deliveries not yet
+    /// settled, and for `beginning_of_time` endpoints the developer's earlier
+    /// events of its categories that it never had.
+    pub async fn upcoming_events(&self, endpoint: &EndpointRecord, limit: i64) -> StoreResult<Vec<StoredEvent>> {
+        each_backend!(self, s => s.upcoming_events(endpoint, limit).await)
+    }
+
+    /// The deliveries to `endpoint_id` of those of `event_ids` that have one
+    /// (an upcoming event of a `beginning_of_time` endpoint may have none).
+    pub async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        each_backend!(self, s => s.upcoming_deliveries(endpoint_id, event_ids).await)
+    }
+
+    /// The developer's events, newest first, paged by event-id cursors.
+    /// `None` when a cursor names no event of the developer.
+    pub async fn list_events(&self, developer_id: Uuid, page: &EventPage<'_>) -> StoreResult<Option<Vec<StoredEvent>>> {
+        each_backend!(self, s => s.list_events(developer_id, page).await)
+    }
+
+    /// Queues `event_id` for the endpoint now, whatever its status: writes the
+    /// delivery (or re-arms the existing one with the next generation) and
+    /// queues its first attempt.
+    pub async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
+        each_backend!(self, s => s.send_event(endpoint, event_id).await)
+    }
+
+    /// How many deliveries a recovery of `window` would queue: the events of
+    /// the window meant for the endpoint whose delivery is `failed` or
+    /// upcoming (held, or never made for a `beginning_of_time` endpoint).
+    pub async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+        each_backend!(self, s => s.recoverable(endpoint, window).await)
+    }
+
+    /// Queues, in one transaction, the recoverable deliveries among the
+    /// next `limit` events of the window after event sequence `after` (as
+    /// `send` does: one forced attempt, a new generation). A delivery that is
+    /// pending or retrying is left alone, so nothing is queued twice.
+    pub async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        each_backend!(self, s => s.recover_batch(endpoint, window, after, limit).await)
+    }
+
+    /// Writes a batch of outcomes in one transaction: the log rows, then the
+    /// delivery states. Every attempt is logged; the state is written only
+    /// while the delivery is at the record's generation (an outcome of a
+    /// generation `send` has replaced changes nothing), only while it is not
+    /// settled (`succeeded` and `cancelled` stay; only `send` re-arms), and,
+    /// for an attempt, only when it is newer than the last one recorded in the
+    /// generation (a duplicate message or a forked retry changes nothing).
+    pub async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        each_backend!(self, s => s.record_attempts(records).await)
+    }
+
+    /// Whether attempt `attempt` of `delivery_id` at `generation` (unknown:
+    /// `None`) should still be made: the delivery is at that generation, not
+    /// settled, and no attempt as new has been recorded.
+    pub async fn retry_standing(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        attempt: i32,
+    ) -> StoreResult<RetryStanding> {
+        let question = StandingQuestion { delivery_id, generation, attempt };
+        let mut standings = self.retry_standings(std::slice::from_ref(&question)).await?;
+        Ok(standings.pop().unwrap_or(RetryStanding::Superseded))
+    }
+
+    /// [`Store::retry_standing`] for several messages at once (one
+    /// statement): one answer per question, in their order.
+    pub async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
+        each_backend!(self, s => s.retry_standings(questions).await)
+    }
+
+    /// Moves a delivery's next attempt to `until` without counting one: its
+    /// message was put back (parked) for a while. The due time then says
+    /// when the delivery is owed, so the sweeper leaves it alone meanwhile.
+    /// `parks` are the message's park counts, kept where the store is the
+    /// queue (standalone; `None` keeps the stored ones), as is
+    /// `pace_ticket`, the ticket it took in its endpoint's pace. Nothing changes unless the
+    /// delivery is still at `generation` and waiting.
+    pub async fn defer(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        parks: Option<(u32, u32)>,
+        pace_ticket: Option<i64>,
+    ) -> StoreResult<()> {
+        each_backend!(self, s => s.defer(delivery_id, generation, until, parks, pace_ticket).await)
+    }
+
+    /// [`Store::defer`] for several deliveries parked by the broker's retry
+    /// queues, or set aside with no message at all (`Parked::set_aside`), in
+    /// one statement: their due times move, and whether they are set aside.
+    /// In standalone mode the deliveries table is the queue, so nothing is
+    /// ever set aside there.
+    pub async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
+        each_backend!(self, s => s.defer_parked(parked).await)
+    }
+
+    /// Queues again up to `batch` deliveries of `endpoint_id` set aside
+    /// behind it, in event order, each under a new generation (as a sweep
+    /// does): the endpoint answered again. Returns how many. Nothing is ever
+    /// set aside in standalone mode.
+    pub async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
+        match self {
+            Store::Postgres(s) => s.release_set_aside(endpoint_id, batch).await,
+            Store::Sqlite(_) => Ok(0),
+        }
+    }
+
+    /// Whether delivery `delivery_id` (at `generation`) of the ordered
+    /// endpoint `endpoint_id` may be attempted now; when an earlier delivery
+    /// of the endpoint is unsettled, it is marked `waiting` and the settling
+    /// of that one queues it again.
+    pub async fn take_turn(&self, delivery_id: i64, generation: Option<i32>, endpoint_id: &str) -> StoreResult<Turn> {
+        each_backend!(self, s => s.take_turn(delivery_id, generation, endpoint_id).await)
+    }
+
+    /// Takes the next ticket in the pace of `endpoint_id`, at most `limit`
+    /// attempts per second across every dispatcher (see [`pace`]); it starts
+    /// now or later.
+    pub async fn take_pace(&self, endpoint_id: &str, limit: u32) -> StoreResult<pace::Ticket> {
+        each_backend!(self, s => s.take_pace(endpoint_id, limit).await)
+    }
+
+    /// When ticket `ticket` of `endpoint_id` starts by its schedule as it is
+    /// now (a throttle since it was taken moves it later); `None` when the
+    /// schedule is gone (then it may start now).
+    pub async fn pace_start(&self, endpoint_id: &str, ticket: i64) -> StoreResult<Option<DateTime<Utc>>> {
+        each_backend!(self, s => s.pace_start(endpoint_id, ticket).await)
+    }
+
+    /// The receiver answered 429 or 503: slows the endpoint's pace, paused
+    /// until `paused_until` when it sent a `Retry-After`.
+    pub async fn slow_pace(&self, endpoint_id: &str, paused_until: Option<DateTime<Utc>>) -> StoreResult<()> {
+        each_backend!(self, s => s.slow_pace(endpoint_id, paused_until).await)
+    }
+
+    /// The endpoint's delivery log, newest first; `None` when the cursor names
+    /// no log entry of this endpoint.
+    pub async fn list_logs(
+        &self,
+        endpoint_id: &str,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> StoreResult<Option<Vec<DeliveryLog>>> {
+        each_backend!(self, s => s.list_logs(endpoint_id, limit, starting_after).await)
+    }
+}

@@ -1,0 +1,103 @@
+//! Opening the store: the PostgreSQL pool and its schema migrations, or the
+//! SQLite store of standalone mode.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+
+use crate::{Store, pg::PgStore, sqlite::SqliteStore};
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+/// Opens a pool of at most `max_connections`. Connections are made lazily, so a
+/// database that is down at start only fails the requests that need it.
+pub fn pool(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = database_url.parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(5))
+        .idle_timeout(Duration::from_secs(300))
+        .connect_lazy_with(options.application_name("webhooks")))
+}
+
+/// Applies every pending migration; safe to run from several processes at once
+/// (sqlx takes an advisory lock). Migrations this binary does not know (a
+/// newer version applied them) are no error: during a rolling upgrade a
+/// process of the previous version must still (re)start, and migrations only
+/// add what older readers ignore.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    // The migrations in `shared/store/migrations`, embedded in every binary.
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await
+}
+
+/// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
+/// starts) and returns the store both programs work through.
+pub async fn connect(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
+    let url = common.database_url();
+    let pool = pool(url, common.database_max_connections).context("DATABASE_URL")?;
+    // A few seconds of retries cover a database that is starting; beyond
+    // that the operator learns at once what is wrong and what to do (an
+    // orchestrator restarts the process anyway).
+    (|| migrate(&pool))
+        .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(2)).with_max_times(4))
+        .notify(|error, delay| tracing::warn!(%error, ?delay, "database not ready; retrying"))
+        .await
+        .map_err(|error| unreachable(url, error))?;
+    warn_without_autovacuum(&pool).await;
+    Ok(Store::Postgres(PgStore::new(pool)))
+}
+
+/// Warns when the server runs without autovacuum: the outbox and the
+/// deliveries table churn constantly, and without vacuuming their scans slow
+/// down as dead rows pile up (throughput falls over hours).
+async fn warn_without_autovacuum(pool: &PgPool) {
+    if let Ok(setting) = sqlx::query_scalar::<_, String>("SHOW autovacuum").fetch_one(pool).await
+        && setting == "off"
+    {
+        tracing::warn!(
+            "PostgreSQL runs with autovacuum off: the outbox and deliveries tables will slow down as dead rows \
+             pile up; turn it on (ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();)"
+        );
+    }
+}
+
+/// The error of a database that cannot be used: where it was looked for and
+/// what to do, besides the cause. A database that answered with an error of
+/// its own (say, a failed migration) is reported as such.
+fn unreachable(url: &str, error: sqlx::migrate::MigrateError) -> anyhow::Error {
+    let where_ = webhooks_config::redacted_url(url);
+    let unreachable = matches!(
+        &error,
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_))
+    );
+    if unreachable {
+        anyhow::Error::new(error).context(format!(
+            "cannot reach PostgreSQL at {where_}: start it (or install it), point DATABASE_URL at a running \
+             server, or run `webhooks-api standalone`, which needs neither PostgreSQL nor RabbitMQ"
+        ))
+    } else {
+        anyhow::Error::new(error).context(format!("apply database migrations on {where_}"))
+    }
+}
+
+/// The store an operator's command works on: standalone mode's SQLite store
+/// when `DATA_DIR` is set and `DATABASE_URL` is not, or when neither is set
+/// and standalone mode's default folder (`./webhooks-data`) exists; else
+/// PostgreSQL.
+pub async fn open_for_command(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
+    let default_dir = std::path::Path::new(webhooks_config::DEFAULT_DATA_DIR);
+    match (&common.database_url, &common.data_dir) {
+        (None, Some(data_dir)) => Ok(Store::Sqlite(SqliteStore::open(data_dir).await?)),
+        (None, None) if default_dir.is_dir() => {
+            tracing::info!(data_dir = %default_dir.display(), "working on the standalone store found here");
+            Ok(Store::Sqlite(SqliteStore::open(default_dir).await?))
+        }
+        _ => connect(common).await,
+    }
+}

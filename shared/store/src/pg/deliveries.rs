@@ -1,0 +1,308 @@
+//! Delivery state and the delivery log on PostgreSQL, written in batches.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::PgStore;
+use crate::{
+    AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, StoreResult,
+    health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
+};
+use webhooks_model::DeliveryLog;
+
+/// How an outcome ranks among outcomes of one delivery: its generation, its
+/// attempt, then success.
+fn newest_first(record: &AttemptRecord) -> (Option<i32>, Option<i32>, bool) {
+    (record.generation, record.log.as_ref().map(|l| l.attempt), record.state == DeliveryState::Succeeded)
+}
+
+/// The writes of a batch of outcomes, in one statement: the attempts' log
+/// entries, then each delivery's state. With `$17` true it writes only when
+/// no endpoint of the batch (`$16`) is ordered, and returns how many are:
+/// the common case is then one round trip, with no transaction around it.
+/// An ordered endpoint's settling must take its turn lock before it writes
+/// (see `turns.rs`), so a batch with one goes the transactional way, where
+/// the lock is taken first and this runs with `$17` false.
+///
+/// Settled deliveries stay settled, and only a newer attempt than the last
+/// one recorded moves the state (see `AttemptRecord`). A delivery retention
+/// removed (a late duplicate) has no log to keep.
+const RECORD: &str = "
+    WITH ordered AS (
+        SELECT id FROM endpoints WHERE $17 AND id = ANY($16) AND ordering = 'ordered'
+    ), logs AS (
+        INSERT INTO delivery_attempts
+               (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+        SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[],
+                             $8::text[], $9::int4[], $10::timestamptz[])
+               AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+         WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
+           AND NOT EXISTS (SELECT 1 FROM ordered)
+        -- A batch whose commit the client did not hear of is recorded again
+        -- one by one: its log entries are there already.
+        ON CONFLICT (id) DO NOTHING
+        RETURNING 1
+    ), states AS (
+        UPDATE deliveries d
+           SET state = u.state, next_attempt_at = u.next_attempt_at,
+               attempts = d.attempts + (u.attempt IS NOT NULL)::int,
+               last_attempt = coalesce(u.attempt, d.last_attempt),
+               last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
+                                              ELSE d.generation END,
+               sweeps = 0, updated_at = now()
+          FROM unnest($11::int8[], $12::text[], $13::timestamptz[], $14::int4[], $15::int4[])
+               AS u(id, state, next_attempt_at, attempt, generation)
+         WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
+           AND (u.generation IS NULL OR d.generation = u.generation)
+           AND (u.attempt IS NULL OR d.last_attempt_generation <> d.generation OR u.attempt > d.last_attempt)
+           AND NOT EXISTS (SELECT 1 FROM ordered)
+        RETURNING 1
+    )
+    SELECT count(*) FROM ordered";
+
+impl PgStore {
+    pub(crate) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let health = health::changes(records);
+        let mut records: Vec<&AttemptRecord> = records.iter().collect();
+        records.sort_by_key(|r| r.delivery_id);
+        let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
+            records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
+        let mut endpoints: Vec<&str> = records.iter().map(|r| r.endpoint_id.as_str()).collect();
+        endpoints.sort_unstable();
+        endpoints.dedup();
+        // One outcome per delivery: of several in a batch (duplicates), the
+        // newest, success first; one UPDATE may not apply two rows to one.
+        records.dedup_by(|later, kept| {
+            if later.delivery_id != kept.delivery_id {
+                return false;
+            }
+            if newest_first(later) > newest_first(kept) {
+                std::mem::swap(later, kept);
+            }
+            true
+        });
+        let record = |unless_ordered: bool| {
+            sqlx::query_scalar::<_, i64>(RECORD)
+                .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(r, _)| r.delivery_id).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(r, _)| r.endpoint_id.as_str()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.event_id.as_str()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.status.and_then(|s| i16::try_from(s).ok())).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.response_body.as_deref()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.error.as_deref()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| i32::try_from(l.duration_ms).unwrap_or(i32::MAX)).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.created_at).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.delivery_id).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.state.as_str()).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.next_attempt_at).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.log.as_ref().map(|l| l.attempt)).collect::<Vec<_>>())
+                .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
+                .bind(endpoints.clone())
+                .bind(unless_ordered)
+        };
+        let ordered_in_batch = record(true).fetch_one(&self.pool).await?;
+        if ordered_in_batch > 0 {
+            let mut tx = self.pool.begin().await?;
+            // Settling a delivery of an endpoint ordered as stored now may
+            // hand the turn on (one switched to `none` since had its waiting
+            // deliveries released by the switch).
+            let ordered: Vec<String> =
+                sqlx::query_scalar("SELECT id FROM endpoints WHERE id = ANY($1) AND ordering = 'ordered'")
+                    .bind(&endpoints)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            if !ordered.is_empty() {
+                super::turns::lock_turns(&mut tx, &ordered.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+            }
+            record(false).fetch_one(&mut *tx).await?;
+            // A settled delivery of an ordered endpoint hands the turn on.
+            if !ordered.is_empty() {
+                self.release_turns(&mut tx, &ordered, false).await?;
+            }
+            tx.commit().await?;
+        }
+        // Health is written after the commit, one endpoint per statement:
+        // each statement locks one health row, so concurrent dispatchers
+        // never wait on each other in a cycle, and a healthy endpoint's row
+        // is not locked at all (see `record_health`). A failure here loses
+        // a health update, never a delivery outcome.
+        if let Err(error) = self.record_health(&health).await {
+            tracing::warn!(%error, "could not update endpoint health");
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::defer`]: the message carries its own park
+    /// counts and pace ticket, so only the due time is written here.
+    pub async fn defer(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        _parks: Option<(u32, u32)>,
+        _pace_ticket: Option<i64>,
+    ) -> StoreResult<()> {
+        self.defer_parked(&[Parked { delivery_id, generation, until, set_aside: false }]).await
+    }
+
+    pub(crate) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
+        let ids: Vec<i64> = parked.iter().map(|p| p.delivery_id).collect();
+        let generations: Vec<Option<i32>> = parked.iter().map(|p| p.generation).collect();
+        let untils: Vec<DateTime<Utc>> = parked.iter().map(|p| p.until).collect();
+        let set_aside: Vec<bool> = parked.iter().map(|p| p.set_aside).collect();
+        // A set-aside delivery was seen by a dispatcher: the sweeps that
+        // found it stranded before count no more.
+        sqlx::query(
+            "UPDATE deliveries d SET next_attempt_at = u.until, set_aside = u.set_aside,
+                    sweeps = CASE WHEN u.set_aside THEN 0 ELSE d.sweeps END, updated_at = now()
+               FROM unnest($1::int8[], $2::int4[], $3::timestamptz[], $4::bool[]) AS u(id, generation, until, set_aside)
+              WHERE d.id = u.id AND (u.generation IS NULL OR d.generation = u.generation)
+                AND d.state IN ('pending', 'retrying')",
+        )
+        .bind(ids)
+        .bind(generations)
+        .bind(untils)
+        .bind(set_aside)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
+        let current: Vec<bool> = sqlx::query_scalar(
+            "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
+                             AND d.state NOT IN ('succeeded', 'cancelled')
+                             AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false)
+               FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
+               LEFT JOIN deliveries d ON d.id = q.id
+              ORDER BY q.n",
+        )
+        .bind(questions.iter().map(|q| q.delivery_id).collect::<Vec<_>>())
+        .bind(questions.iter().map(|q| q.generation).collect::<Vec<_>>())
+        .bind(questions.iter().map(|q| q.attempt).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(current.into_iter().map(|c| if c { RetryStanding::Current } else { RetryStanding::Superseded }).collect())
+    }
+
+    pub(crate) async fn list_logs(
+        &self,
+        endpoint_id: &str,
+        limit: i64,
+        starting_after: Option<Uuid>,
+    ) -> StoreResult<Option<Vec<DeliveryLog>>> {
+        let cursor: Option<DateTime<Utc>> = match starting_after {
+            None => None,
+            Some(id) => {
+                let at =
+                    sqlx::query_scalar("SELECT created_at FROM delivery_attempts WHERE id = $1 AND endpoint_id = $2")
+                        .bind(id)
+                        .bind(endpoint_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match at {
+                    None => return Ok(None),
+                    at => at,
+                }
+            }
+        };
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(Uuid, String, i32, Option<i16>, Option<String>, Option<String>, i32, DateTime<Utc>)> =
+            sqlx::query_as(
+                "SELECT id, event_id, attempt, status, response_body, error, duration_ms, created_at
+                   FROM delivery_attempts
+                  WHERE endpoint_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+                  ORDER BY created_at DESC, id DESC LIMIT $4",
+            )
+            // Planned with the actual cursor each time (see `list_events`).
+            .persistent(false)
+            .bind(endpoint_id)
+            .bind(cursor)
+            .bind(starting_after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(Some(
+            rows.into_iter()
+                .map(|(id, event_id, attempt, status, response_body, error, duration_ms, created_at)| DeliveryLog {
+                    id,
+                    event_id,
+                    attempt,
+                    status: status.map(i32::from),
+                    response_body,
+                    error,
+                    duration_ms: i64::from(duration_ms),
+                    created_at,
+                })
+                .collect(),
+        ))
+    }
+}
+
+impl PgStore {
+    /// Writes a batch's health changes (see `store/health.rs`), each endpoint
+    /// in its own statement: its success first, then the failures after it.
+    async fn record_health(&self, changes: &[HealthChange]) -> StoreResult<()> {
+        for change in changes {
+            if let Some(at) = change.succeeded_at
+                && self.written_successes.must_write(&change.endpoint_id, at)
+            {
+                // The row is locked only when it changes: a success that
+                // ends a streak, or one a second after the last written.
+                sqlx::query(
+                    "WITH created AS (
+                         INSERT INTO endpoint_health (endpoint_id, last_success_at) VALUES ($1, $2)
+                         ON CONFLICT (endpoint_id) DO NOTHING RETURNING 1)
+                     UPDATE endpoint_health h
+                        SET last_success_at = GREATEST(h.last_success_at, $2),
+                            failing_since = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= $2
+                                                 THEN NULL ELSE h.failing_since END,
+                            failing_days = CASE WHEN h.last_failure_at IS NULL OR h.last_failure_at <= $2
+                                                THEN 0 ELSE h.failing_days END
+                      WHERE h.endpoint_id = $1 AND NOT EXISTS (SELECT 1 FROM created)
+                        AND ((h.failing_since IS NOT NULL AND (h.last_failure_at IS NULL OR h.last_failure_at <= $2))
+                             OR h.last_success_at IS NULL
+                             OR h.last_success_at < $2 - make_interval(secs => $3))",
+                )
+                .bind(&change.endpoint_id)
+                .bind(at)
+                .bind(SUCCESS_PRECISION_SECONDS)
+                .execute(&self.pool)
+                .await?;
+                self.written_successes.wrote(&change.endpoint_id, at);
+            }
+            if let Some(failures) = change.failures {
+                self.written_successes.failed(&change.endpoint_id);
+                write_failures(&self.pool, &change.endpoint_id, failures).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts or continues an endpoint's failing streak.
+async fn write_failures(pool: &sqlx::PgPool, endpoint_id: &str, failures: Failures) -> StoreResult<()> {
+    let (first_day, last_day) = (day(failures.first_at), day(failures.last_at));
+    sqlx::query(
+        "INSERT INTO endpoint_health AS h (endpoint_id, failing_since, last_failure_at, failing_days, last_failure_day)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (endpoint_id) DO UPDATE
+            SET last_failure_at = GREATEST(h.last_failure_at, excluded.last_failure_at),
+                failing_since = coalesce(h.failing_since, excluded.failing_since),
+                failing_days = CASE WHEN h.failing_since IS NULL THEN excluded.failing_days
+                                    ELSE h.failing_days + (excluded.last_failure_day > h.last_failure_day)::int END,
+                last_failure_day = GREATEST(h.last_failure_day, excluded.last_failure_day)",
+    )
+    .bind(endpoint_id)
+    .bind(failures.first_at)
+    .bind(failures.last_at)
+    .bind(1 + i32::from(last_day > first_day))
+    .bind(last_day)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! Events and their deliveries on PostgreSQL. A queued delivery gets an
+//! outbox row that names it (`delivery_id`, `generation`, `force`); the relay
+//! builds the message from the delivery when it publishes, so no SQL writes
+//! the message: its JSON comes only from [`webhooks_queue::DeliveryMessage`].
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::PgStore;
+use crate::{
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow,
+    SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
+};
+use webhooks_model::EventEpoch;
+
+/// The unique index that makes a producer's `Idempotency-Key` name one event
+/// per developer; a violation means a concurrent twin won.
+const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
+
+impl PgStore {
+    /// One statement for the whole batch (see [`crate::Store::ingest_events`]):
+    /// each developer's counter moves once, by the number of its events,
+    /// rows locked in developer order so that two API processes cannot
+    /// deadlock; the events are numbered in the batch's order. A twin that
+    /// another process committed fails the statement on the unique index:
+    /// then each event is stored on its own, and only the twin is refused.
+    pub(crate) async fn ingest_events(
+        &self,
+        events: &[&NewEvent],
+        outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        match self.ingest_batch(events, outbox).await {
+            Err(StoreError::IdempotencyKeyTaken) if events.len() > 1 => {
+                let mut outcomes = Vec::with_capacity(events.len());
+                for event in events {
+                    outcomes.push(self.ingest_batch(std::slice::from_ref(event), outbox).await.and_then(|mut one| {
+                        one.pop().ok_or_else(|| StoreError::Corrupt("an ingest returned no outcome".into()))
+                    }));
+                }
+                Ok(outcomes)
+            }
+            Err(StoreError::IdempotencyKeyTaken) => Ok(vec![Err(StoreError::IdempotencyKeyTaken)]),
+            Err(error) => Err(error),
+            Ok(outcomes) => Ok(outcomes.into_iter().map(Ok).collect()),
+        }
+    }
+
+    async fn ingest_batch(&self, events: &[&NewEvent], outbox: bool) -> StoreResult<Vec<IngestOutcome>> {
+        type Stored = (String, i64, String, Vec<i64>, Vec<String>, i64);
+        let stored: Result<Vec<Stored>, sqlx::Error> = sqlx::query_as(
+            "WITH input AS (
+                 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                                      $7::text[], $8::text[], $9::bytea[])
+                        WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, lane, key, hash, ord)
+             ), counts AS (
+                 SELECT developer_id, count(*) AS k FROM input GROUP BY developer_id
+             ), seq AS (
+                 INSERT INTO developers AS dv (id, next_event_sequence)
+                 SELECT developer_id, k + 1 FROM counts ORDER BY developer_id
+                 ON CONFLICT (id) DO UPDATE SET next_event_sequence = dv.next_event_sequence + excluded.next_event_sequence - 1
+                 RETURNING dv.id, dv.next_event_sequence AS next
+             ), numbered AS (
+                 SELECT i.*, s.next - c.k - 1 + row_number() OVER (PARTITION BY i.developer_id ORDER BY i.ord) AS n
+                   FROM input i JOIN counts c ON c.developer_id = i.developer_id JOIN seq s ON s.id = i.developer_id
+             ), ev AS (
+                 INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
+                 SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash FROM numbered ORDER BY ord
+                 RETURNING id, sequence, body
+             ), d AS (
+                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
+                 SELECT nb.id, e.id, CASE e.status WHEN 'active' THEN 'pending' ELSE 'held' END, nb.created_at,
+                        CASE e.status WHEN 'active' THEN nb.created_at END, nb.n
+                   FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
+                  WHERE e.status <> 'deleted'
+                    AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
+                  ORDER BY nb.ord, e.id
+                 RETURNING id, event_id, endpoint_id, state
+             ), o AS (
+                 INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
+                 SELECT '', '', nb.lane, d.id, 0, false FROM d JOIN numbered nb ON nb.id = d.event_id
+                  WHERE $10 AND d.state = 'pending'
+                  ORDER BY d.id
+                 RETURNING 1
+             ), per_event AS (
+                 SELECT event_id,
+                        array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
+                        array_agg(endpoint_id ORDER BY id) FILTER (WHERE state = 'pending') AS endpoints,
+                        count(*) FILTER (WHERE state = 'held') AS held
+                   FROM d GROUP BY event_id
+             )
+             SELECT ev.id, ev.sequence, ev.body, coalesce(p.queued, '{}'), coalesce(p.endpoints, '{}'),
+                    coalesce(p.held, 0)
+               FROM ev LEFT JOIN per_event p ON p.event_id = ev.id",
+        )
+        .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.developer_id).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.category.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.body_head.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.body_tail.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.lane.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
+        .bind(outbox)
+        .fetch_all(&self.pool)
+        .await;
+        let mut stored: std::collections::HashMap<String, Stored> = match stored {
+            Ok(rows) => rows.into_iter().map(|row| (row.0.clone(), row)).collect(),
+            Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {
+                return Err(StoreError::IdempotencyKeyTaken);
+            }
+            Err(error) => return Err(error.into()),
+        };
+        events
+            .iter()
+            .map(|event| {
+                let (_, sequence, body, queued, endpoints, held) = stored
+                    .remove(&event.id)
+                    .ok_or_else(|| StoreError::Corrupt("an ingested event is missing".into()))?;
+                let queued = queued
+                    .into_iter()
+                    .zip(endpoints)
+                    .map(|(delivery_id, endpoint_id)| QueuedDelivery { delivery_id, endpoint_id })
+                    .collect();
+                Ok(IngestOutcome { sequence, queued, held: usize::try_from(held).unwrap_or_default(), body })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<IdempotentEvent>> {
+        let found: Option<(Option<Vec<u8>>, String)> =
+            sqlx::query_as("SELECT request_hash, body FROM events WHERE developer_id = $1 AND idempotency_key = $2")
+                .bind(developer_id)
+                .bind(idempotency_key)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.map(|(request_hash, body)| IdempotentEvent { request_hash: request_hash.unwrap_or_default(), body }))
+    }
+
+    pub(crate) async fn upcoming_events(&self, endpoint: &EndpointRecord, limit: i64) -> StoreResult<Vec<StoredEvent>> {
+        let names: Vec<&str> = endpoint.event_categories.iter().map(|c| c.as_str()).collect();
+        Ok(sqlx::query_as(
+            "(SELECT e.id, e.body, e.created_at FROM deliveries d JOIN events e ON e.id = d.event_id
+               WHERE d.endpoint_id = $1 AND d.state IN ('held', 'pending', 'retrying', 'waiting')
+               ORDER BY d.event_created_at, d.id LIMIT $6)
+             UNION ALL
+             (SELECT e.id, e.body, e.created_at FROM events e
+               WHERE $3 AND e.developer_id = $2 AND e.created_at < $5
+                 AND (cardinality($4::text[]) = 0 OR e.category = ANY ($4))
+                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $1 AND d.event_id = e.id)
+               ORDER BY e.created_at, e.id LIMIT $6)
+             ORDER BY created_at, id LIMIT $6",
+        )
+        .bind(&endpoint.id)
+        .bind(endpoint.developer_id)
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(&names)
+        .bind(endpoint.created_at)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub(crate) async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        let rows: Vec<(String, String, i32, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT event_id, state, attempts, next_attempt_at FROM deliveries
+              WHERE endpoint_id = $1 AND event_id = ANY ($2)",
+        )
+        .bind(endpoint_id)
+        .bind(event_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(event_id, state, attempts, next_attempt_at)| UpcomingDelivery {
+                event_id,
+                state,
+                attempts,
+                next_attempt_at,
+            })
+            .collect())
+    }
+
+    pub(crate) async fn list_events(
+        &self,
+        developer_id: Uuid,
+        page: &EventPage<'_>,
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some(after) = self.event_cursor(developer_id, page.starting_after).await? else { return Ok(None) };
+        let Some(before) = self.event_cursor(developer_id, page.ending_before).await? else { return Ok(None) };
+        let category = page.category.map(|c| c.as_str());
+        // With only `ending_before`, walk upwards from the cursor, then flip.
+        let upwards = before.is_some() && after.is_none();
+        let sql = format!(
+            "SELECT id, body, created_at FROM events
+             WHERE developer_id = $1
+               AND ($2::text IS NULL OR category = $2)
+               AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+               AND ($5::timestamptz IS NULL OR (created_at, id) > ($5, $6))
+             ORDER BY created_at {order}, id {order} LIMIT $7",
+            order = if upwards { "ASC" } else { "DESC" }
+        );
+        // Unnamed (not prepared once and reused): planned with the actual
+        // cursor and filter values, so they stay index conditions.
+        let mut rows: Vec<StoredEvent> = sqlx::query_as(&sql)
+            .persistent(false)
+            .bind(developer_id)
+            .bind(category)
+            .bind(after.as_ref().map(|a| a.0))
+            .bind(after.as_ref().map(|a| a.1.clone()))
+            .bind(before.as_ref().map(|b| b.0))
+            .bind(before.as_ref().map(|b| b.1.clone()))
+            .bind(page.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        if upwards {
+            rows.reverse();
+        }
+        Ok(Some(rows))
+    }
+
+    /// Where a paging cursor stands: `Some(None)` without a cursor, `None`
+    /// when it names no event of the developer.
+    async fn event_cursor(
+        &self,
+        developer_id: Uuid,
+        id: Option<&str>,
+    ) -> StoreResult<Option<Option<(DateTime<Utc>, String)>>> {
+        let Some(id) = id else { return Ok(Some(None)) };
+        let at = sqlx::query_as("SELECT created_at, id FROM events WHERE id = $1 AND developer_id = $2")
+            .bind(id)
+            .bind(developer_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(at.map(Some))
+    }
+
+    pub(crate) async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let event: Option<(String, DateTime<Utc>)> =
+            sqlx::query_as("SELECT category, created_at FROM events WHERE id = $1 AND developer_id = $2")
+                .bind(event_id)
+                .bind(endpoint.developer_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((category, created_at)) = event else { return Ok(SendOutcome::NoSuchEvent) };
+        let has_delivery: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND event_id = $2)")
+                .bind(&endpoint.id)
+                .bind(event_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !(has_delivery || endpoint.wants(category.parse().ok(), created_at)) {
+            return Ok(SendOutcome::NotForEndpoint);
+        }
+        let (delivery_id, generation): (i64, i32) = sqlx::query_as(
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
+             VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1))
+             ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
+                    generation = deliveries.generation + 1,
+                    event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
+             RETURNING id, generation",
+        )
+        .bind(event_id)
+        .bind(&endpoint.id)
+        .bind(created_at)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
+             VALUES ('', '', 'default', $1, $2, true)",
+        )
+        .bind(delivery_id)
+        .bind(generation)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(SendOutcome::Queued)
+    }
+
+    pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+        let count: i64 = sqlx::query_scalar(&format!(
+            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+        ))
+        .bind(endpoint.developer_id)
+        .bind(&endpoint.id)
+        .bind(window.since)
+        .bind(window.until)
+        .bind(0_i64)
+        .bind(recovery_categories(endpoint))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(endpoint.created_at)
+        .bind(i64::MAX)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(count).unwrap_or_default())
+    }
+
+    pub(crate) async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        let (queued, last_sequence): (i64, Option<i64>) = sqlx::query_as(&format!(
+            "WITH scanned AS ({SCANNED}),
+                  wanted AS ({WANTED}),
+                  armed AS (
+                      INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                              event_sequence)
+                      SELECT id, $2, 'pending', created_at, now(), sequence FROM wanted
+                      ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                         SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
+                             generation = deliveries.generation + 1,
+                             event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
+                       WHERE deliveries.state IN ('failed', 'held')
+                      RETURNING id, generation),
+                  queued AS (
+                      INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
+                      SELECT '', '', 'bulk', id, generation, true FROM armed
+                      RETURNING 1)
+             SELECT (SELECT count(*) FROM queued), (SELECT max(sequence) FROM scanned)"
+        ))
+        .bind(endpoint.developer_id)
+        .bind(&endpoint.id)
+        .bind(window.since)
+        .bind(window.until)
+        .bind(after)
+        .bind(recovery_categories(endpoint))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(endpoint.created_at)
+        .bind(limit)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
+    }
+}
+
+/// The window's events meant for endpoint `$2` of developer `$1` (categories
+/// `$6`, epoch: `$7` or created since `$8`), after sequence `$5`, at most `$9`.
+const SCANNED: &str = "
+    SELECT e.id, e.sequence, e.created_at FROM events e
+     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+       AND (cardinality($6::text[]) = 0 OR e.category = ANY ($6))
+       AND ($7 OR e.created_at >= $8)
+     ORDER BY e.sequence LIMIT $9";
+
+/// Of those, the ones whose delivery failed or is upcoming: held, or never
+/// made for an event from before a `beginning_of_time` endpoint (as
+/// `upcoming_events` lists them). An event that never had a delivery for
+/// other reasons (its category was added later) was never upcoming.
+const WANTED: &str = "
+    SELECT s.id, s.sequence, s.created_at FROM scanned s
+      LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
+     WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
+
+fn recovery_categories(endpoint: &EndpointRecord) -> Vec<&'static str> {
+    endpoint.event_categories.iter().map(|c| c.as_str()).collect()
+}

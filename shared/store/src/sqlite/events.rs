@@ -1,0 +1,367 @@
+//! Events and their deliveries on SQLite. A queued delivery is due in the
+//! deliveries table itself: `pending` with its next attempt time set, which the
+//! queue ([`SqliteStore::claim_due`]) picks up; [`SqliteStore::work`] wakes it.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{SqliteStore, json_list, micros, time};
+use crate::{
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow,
+    SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
+};
+use webhooks_model::EventEpoch;
+
+/// id, body, created_at
+type EventRow = (String, String, i64);
+
+fn stored((id, body, created_at): EventRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent { id, body, created_at: time(created_at)? })
+}
+
+impl SqliteStore {
+    /// The whole batch in one transaction, one event after the other (see
+    /// [`crate::Store::ingest_events`]): one commit, one fsync. The
+    /// write lock is held from the first check to the commit, so a key found
+    /// free stays free and the counter hands out each sequence once.
+    pub(crate) async fn ingest_events(
+        &self,
+        events: &[&NewEvent],
+        _outbox: bool,
+    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        let now = micros(webhooks_model::time::now());
+        let mut tx = self.begin().await?;
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in events {
+            outcomes.push(ingest_one(&mut tx, event, now).await?);
+        }
+        tx.commit().await?;
+        if outcomes.iter().any(|outcome| outcome.as_ref().is_ok_and(|o| !o.queued.is_empty())) {
+            self.work.notify_one();
+        }
+        Ok(outcomes)
+    }
+
+    pub(crate) async fn find_idempotent_event(
+        &self,
+        developer_id: Uuid,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<IdempotentEvent>> {
+        let found: Option<(Option<Vec<u8>>, String)> =
+            sqlx::query_as("SELECT request_hash, body FROM events WHERE developer_id = $1 AND idempotency_key = $2")
+                .bind(developer_id.hyphenated())
+                .bind(idempotency_key)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(found.map(|(request_hash, body)| IdempotentEvent { request_hash: request_hash.unwrap_or_default(), body }))
+    }
+
+    pub(crate) async fn upcoming_events(&self, endpoint: &EndpointRecord, limit: i64) -> StoreResult<Vec<StoredEvent>> {
+        let rows: Vec<EventRow> = sqlx::query_as(
+            "SELECT id, body, created_at FROM (
+                 SELECT * FROM (
+                     SELECT e.id, e.body, e.created_at FROM deliveries d JOIN events e ON e.id = d.event_id
+                      WHERE d.endpoint_id = $1 AND d.state IN ('held', 'pending', 'retrying')
+                      ORDER BY d.event_created_at, d.id LIMIT $6)
+                 UNION ALL
+                 SELECT * FROM (
+                     SELECT e.id, e.body, e.created_at FROM events e
+                      WHERE $3 AND e.developer_id = $2 AND e.created_at < $5
+                        AND (json_array_length($4) = 0 OR e.category IN (SELECT value FROM json_each($4)))
+                        AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $1 AND d.event_id = e.id)
+                      ORDER BY e.created_at, e.id LIMIT $6))
+             ORDER BY created_at, id LIMIT $6",
+        )
+        .bind(&endpoint.id)
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(micros(endpoint.created_at))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(stored).collect()
+    }
+
+    pub(crate) async fn upcoming_deliveries(
+        &self,
+        endpoint_id: &str,
+        event_ids: &[String],
+    ) -> StoreResult<Vec<UpcomingDelivery>> {
+        let rows: Vec<(String, String, i32, Option<i64>)> = sqlx::query_as(
+            "SELECT event_id, state, attempts, next_attempt_at FROM deliveries
+              WHERE endpoint_id = $1 AND event_id IN (SELECT value FROM json_each($2))",
+        )
+        .bind(endpoint_id)
+        .bind(serde_json::Value::from(event_ids.to_vec()).to_string())
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter()
+            .map(|(event_id, state, attempts, next)| {
+                Ok(UpcomingDelivery { event_id, state, attempts, next_attempt_at: next.map(time).transpose()? })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn list_events(
+        &self,
+        developer_id: Uuid,
+        page: &EventPage<'_>,
+    ) -> StoreResult<Option<Vec<StoredEvent>>> {
+        let Some(after) = self.event_cursor(developer_id, page.starting_after).await? else { return Ok(None) };
+        let Some(before) = self.event_cursor(developer_id, page.ending_before).await? else { return Ok(None) };
+        let category = page.category.map(|c| c.as_str());
+        // With only `ending_before`, walk upwards from the cursor, then flip.
+        let upwards = before.is_some() && after.is_none();
+        // Only the conditions in use, so each is an index condition: SQLite
+        // plans a statement once, whatever its parameters will be.
+        let mut sql = String::from("SELECT id, body, created_at FROM events WHERE developer_id = $1");
+        if category.is_some() {
+            sql.push_str(" AND category = $2");
+        }
+        if after.is_some() {
+            sql.push_str(" AND (created_at, id) < ($3, $4)");
+        }
+        if before.is_some() {
+            sql.push_str(" AND (created_at, id) > ($5, $6)");
+        }
+        let order = if upwards { "ASC" } else { "DESC" };
+        sql.push_str(&format!(" ORDER BY created_at {order}, id {order} LIMIT $7"));
+        let rows: Vec<EventRow> = sqlx::query_as(&sql)
+            .bind(developer_id.hyphenated())
+            .bind(category)
+            .bind(after.as_ref().map(|a| a.0))
+            .bind(after.as_ref().map(|a| a.1.clone()))
+            .bind(before.as_ref().map(|b| b.0))
+            .bind(before.as_ref().map(|b| b.1.clone()))
+            .bind(page.limit)
+            .fetch_all(&self.reader)
+            .await?;
+        let mut rows = rows.into_iter().map(stored).collect::<StoreResult<Vec<_>>>()?;
+        if upwards {
+            rows.reverse();
+        }
+        Ok(Some(rows))
+    }
+
+    /// Where a paging cursor stands (stored time, id): `Some(None)` without a
+    /// cursor, `None` when it names no event of the developer.
+    async fn event_cursor(&self, developer_id: Uuid, id: Option<&str>) -> StoreResult<Option<Option<(i64, String)>>> {
+        let Some(id) = id else { return Ok(Some(None)) };
+        let at = sqlx::query_as("SELECT created_at, id FROM events WHERE id = $1 AND developer_id = $2")
+            .bind(id)
+            .bind(developer_id.hyphenated())
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(at.map(Some))
+    }
+
+    pub(crate) async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
+        let mut tx = self.begin().await?;
+        let event: Option<(String, i64)> =
+            sqlx::query_as("SELECT category, created_at FROM events WHERE id = $1 AND developer_id = $2")
+                .bind(event_id)
+                .bind(endpoint.developer_id.hyphenated())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((category, created_at)) = event else { return Ok(SendOutcome::NoSuchEvent) };
+        let has_delivery: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND event_id = $2)")
+                .bind(&endpoint.id)
+                .bind(event_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        let created: DateTime<Utc> = time(created_at)?;
+        if !(has_delivery || endpoint.wants(category.parse().ok(), created)) {
+            return Ok(SendOutcome::NotForEndpoint);
+        }
+        // A claimed delivery is released: the message in flight belongs to the
+        // generation this replaces, and its outcome will change nothing.
+        sqlx::query(
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                     next_attempt, force, claimed, created_at, updated_at, event_sequence)
+             VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4, (SELECT sequence FROM events WHERE id = $1))
+             ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                SET state = 'pending', next_attempt_at = $4, updated_at = $4,
+                    generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0, parks = 0, failures = 0,
+                    pace_ticket = NULL, lane = 'default',
+                    event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)",
+        )
+        .bind(event_id)
+        .bind(&endpoint.id)
+        .bind(created_at)
+        .bind(micros(webhooks_model::time::now()))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.work.notify_one();
+        Ok(SendOutcome::Queued)
+    }
+
+    pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+        let count: i64 = sqlx::query_scalar(&format!(
+            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+        ))
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(&endpoint.id)
+        .bind(micros(window.since))
+        .bind(micros(window.until))
+        .bind(0_i64)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(micros(endpoint.created_at))
+        .bind(i64::MAX)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(u64::try_from(count).unwrap_or_default())
+    }
+
+    pub(crate) async fn recover_batch(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<RecoveryBatch> {
+        let mut tx = self.begin().await?;
+        let now = micros(webhooks_model::time::now());
+        // The window's next events, each marked whether it is to be queued;
+        // the last one's sequence is where the next batch starts.
+        let scanned: Vec<(String, i64, i64, bool)> = sqlx::query_as(&format!(
+            "WITH scanned AS ({SCANNED})
+             SELECT s.id, s.created_at, s.sequence, s.id IN (SELECT id FROM ({WANTED})) FROM scanned s
+              ORDER BY s.sequence"
+        ))
+        .bind(endpoint.developer_id.hyphenated())
+        .bind(&endpoint.id)
+        .bind(micros(window.since))
+        .bind(micros(window.until))
+        .bind(after)
+        .bind(json_list(category_names(&endpoint.event_categories)))
+        .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
+        .bind(micros(endpoint.created_at))
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let last_sequence = scanned.last().map(|row| row.2);
+        let wanted = scanned.into_iter().filter(|row| row.3);
+        let mut queued = 0;
+        for (event_id, created_at, sequence, _) in wanted {
+            // As `send`: a new generation, one forced attempt.
+            queued += sqlx::query(
+                "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
+                                         next_attempt, force, claimed, created_at, updated_at, event_sequence, lane)
+                 VALUES ($1, $2, 'pending', $3, $4, 1, 1, 0, $4, $4, $5, 'bulk')
+                 ON CONFLICT (endpoint_id, event_id) DO UPDATE
+                    SET state = 'pending', next_attempt_at = $4, updated_at = $4,
+                        generation = deliveries.generation + 1, next_attempt = 1, force = 1, claimed = 0,
+                        parks = 0, failures = 0, pace_ticket = NULL, lane = 'bulk',
+                        event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
+                  WHERE deliveries.state IN ('failed', 'held')",
+            )
+            .bind(&event_id)
+            .bind(&endpoint.id)
+            .bind(created_at)
+            .bind(now)
+            .bind(sequence)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        self.work.notify_one();
+        Ok(RecoveryBatch { queued, last_sequence })
+    }
+}
+
+/// The window's events meant for endpoint `$2` of developer `$1` (categories
+/// `$6` as a JSON list, epoch: `$7` or created since `$8`), after sequence
+/// `$5`, at most `$9`.
+const SCANNED: &str = "
+    SELECT e.id, e.sequence, e.created_at FROM events e
+     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+       AND (json_array_length($6) = 0 OR e.category IN (SELECT value FROM json_each($6)))
+       AND ($7 OR e.created_at >= $8)
+     ORDER BY e.sequence LIMIT $9";
+
+/// Of those, the ones whose delivery failed or is upcoming: held, or never
+/// made for an event from before a `beginning_of_time` endpoint (as
+/// `upcoming_events` lists them). An event that never had a delivery for
+/// other reasons (its category was added later) was never upcoming.
+const WANTED: &str = "
+    SELECT s.id, s.created_at FROM scanned s
+      LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
+     WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
+
+/// Stores one event of a batch; `Ok(Err(IdempotencyKeyTaken))` when its key
+/// is taken (the batch goes on), `Err` when the transaction failed.
+async fn ingest_one(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    event: &NewEvent,
+    now: i64,
+) -> StoreResult<StoreResult<IngestOutcome>> {
+    let developer_id = event.developer_id.hyphenated();
+    let created_at = micros(event.created_at);
+    if let Some(key) = &event.idempotency_key {
+        let taken: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM events WHERE developer_id = $1 AND idempotency_key = $2)")
+                .bind(developer_id)
+                .bind(key)
+                .fetch_one(&mut **tx)
+                .await?;
+        if taken {
+            return Ok(Err(StoreError::IdempotencyKeyTaken));
+        }
+    }
+    let sequence: i64 = sqlx::query_scalar(
+        "INSERT INTO developers (id, next_event_sequence, created_at) VALUES ($1, 2, $2)
+         ON CONFLICT (id) DO UPDATE SET next_event_sequence = developers.next_event_sequence + 1
+         RETURNING next_event_sequence - 1",
+    )
+    .bind(developer_id)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    let body = format!("{}{sequence}{}", event.body_head, event.body_tail);
+    sqlx::query(
+        "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(&event.id)
+    .bind(developer_id)
+    .bind(sequence)
+    .bind(event.category.as_str())
+    .bind(&body)
+    .bind(created_at)
+    .bind(event.idempotency_key.as_deref())
+    .bind(event.request_hash.as_deref())
+    .execute(&mut **tx)
+    .await?;
+    let deliveries: Vec<(i64, String, String)> = sqlx::query_as(
+        "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at,
+                                 event_sequence, lane)
+         SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
+                CASE status WHEN 'active' THEN $3 END, $5, $5, $6, $7
+           FROM endpoints
+          WHERE developer_id = $2 AND status <> 'deleted'
+            AND (json_array_length(event_categories) = 0
+                 OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
+         RETURNING id, endpoint_id, state",
+    )
+    .bind(&event.id)
+    .bind(developer_id)
+    .bind(created_at)
+    .bind(event.category.as_str())
+    .bind(now)
+    .bind(sequence)
+    .bind(event.lane.as_str())
+    .fetch_all(&mut **tx)
+    .await?;
+    let held = deliveries.iter().filter(|(_, _, state)| state == "held").count();
+    let queued = deliveries
+        .into_iter()
+        .filter(|(_, _, state)| state == "pending")
+        .map(|(delivery_id, endpoint_id, _)| QueuedDelivery { delivery_id, endpoint_id })
+        .collect();
+    Ok(Ok(IngestOutcome { sequence, queued, held, body }))
+}
