@@ -16,6 +16,7 @@ base_image=localhost/webhooks-debootstrap:$suite
 image=localhost/webhooks:local
 postgres_image=localhost/webhooks-postgres:15-$suite
 rabbitmq_image=localhost/webhooks-rabbitmq:3.10-$suite
+rust_image=localhost/webhooks-rust:$suite
 
 say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 die() { say "$*"; exit 1; }
