@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 use uuid::Uuid;
 use webhooks_config::CommonConfig;
-use webhooks_model::ApiKeyType;
-use webhooks_store::{Store, sqlite::SqliteStore};
+use webhooks_model::{ApiKeyType, Topology};
+use webhooks_queue::amqp::dead_letters;
 
 use crate::config::StandaloneConfig;
 
@@ -218,7 +218,7 @@ pub async fn main() -> anyhow::Result<()> {
         }
         Command::Migrate(Common { common }) => {
             webhooks_config::telemetry::init(common.log_format);
-            webhooks_store::open::open_for_command(&common).await?;
+            webhooks_store::open::for_command(&common).await?;
             tracing::info!("migrations applied");
             Ok(())
         }
@@ -227,7 +227,7 @@ pub async fn main() -> anyhow::Result<()> {
             let name = args.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
             anyhow::ensure!(name.is_none_or(|n| n.chars().count() <= 100), "--name must be at most 100 characters");
             let scopes = crate::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
-            let store = webhooks_store::open::open_for_command(&args.common).await?;
+            let (store, _) = webhooks_store::open::for_command(&args.common).await?;
             let developer_id = args.developer_id.unwrap_or_else(Uuid::new_v4);
             let issued = crate::keys::issue(
                 &store,
@@ -269,12 +269,14 @@ pub async fn main() -> anyhow::Result<()> {
         }
         Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
-            let listed = crate::dead_letters::list(&args.common, args.limit).await?;
-            print(&crate::dead_letters::render_list(&listed, args.json))
+            let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
+            let listed = dead_letters::list(&args.common.amqp_url, &topology, args.limit).await?;
+            print(&render_list(&listed, args.json))
         }
         Command::DeadLetters { command: DeadLettersCommand::Replay(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
-            let done = crate::dead_letters::replay(&args.common, args.limit, |done| {
+            let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
+            let done = dead_letters::replay(&args.common.amqp_url, &topology, args.limit, |done| {
                 if !args.json && done.replayed > 0 && done.replayed % 100 == 0 {
                     eprintln!("replayed {}…", done.replayed);
                 }
@@ -344,10 +346,9 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir).with_context(|| format!("create DATA_DIR {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
     let listeners = bind(&config.api).await?;
-    let sqlite = SqliteStore::open(&data_dir).await?;
-    let store = Store::Sqlite(sqlite.clone());
+    let (store, queue_store) = webhooks_store::open::standalone(&data_dir).await?;
     tracing::info!(data_dir = %data_dir.display(), "standalone mode");
-    if !sqlite.has_api_keys().await? {
+    if !store.has_api_keys().await? {
         let issued = crate::keys::issue(
             &store,
             config.api.common.platform_environment,
@@ -362,8 +363,8 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         next_steps(&config, &listeners, issued.api_key.owner_id)?;
     }
     let shutdown = webhooks_config::shutdown::on_signal();
-    let result = crate::run_standalone(config, store, listeners, shutdown).await;
-    sqlite.close().await;
+    let result = crate::run_standalone(config, (store.clone(), queue_store), listeners, shutdown).await;
+    store.close().await;
     result
 }
 
@@ -423,4 +424,17 @@ The JSON line on stdout is your API key, shown once. Next steps:
     let mut err = std::io::stderr().lock();
     err.write_all(steps.as_bytes())?;
     Ok(())
+}
+
+/// Prints `listed` for people, or as a JSON array.
+fn render_list(listed: &[dead_letters::DeadLetter], json: bool) -> String {
+    if json {
+        return format!("{}\n", serde_json::to_string(listed).unwrap_or_default());
+    }
+    if listed.is_empty() {
+        return "no dead letters\n".into();
+    }
+    let mut out: String = listed.iter().map(|d| format!("{}\n", d.line())).collect();
+    out.push_str(&format!("{} dead letter(s)\n", listed.len()));
+    out
 }

@@ -7,7 +7,7 @@
 //! Handlers do not write themselves: they hand their event to the
 //! [`Ingester`], one writer per process, which stores whatever has queued up
 //! while its previous batch committed in one transaction (group commit), then
-//! hands the first attempts to the relay (see `relay.rs`).
+//! hands the first attempts to the queue (`webhooks_queue::Producer`).
 
 use std::sync::Arc;
 
@@ -20,11 +20,10 @@ use axum::{
     routing::post,
 };
 use serde::Deserialize;
-use tokio::sync::Notify;
 use utoipa::ToSchema;
 use uuid::Uuid;
 use webhooks_model::{Category, Event, Lane, ids};
-use webhooks_queue::{DeliveryMessage, message};
+use webhooks_queue::{DeliveryMessage, Producer};
 use webhooks_store::{
     IngestOutcome, NewEvent, Store, StoreError, StoreResult, StoredResponse, batch::Batcher, batch::Batching,
 };
@@ -34,7 +33,6 @@ use crate::{
     extract::parse_json,
     idempotency::{self, fingerprint},
     metrics::Metrics,
-    relay::{Publisher, Ready},
     state::AppState,
 };
 
@@ -50,17 +48,15 @@ pub struct Ingester {
 
 impl Ingester {
     /// Starts the writer; it stops once every handle is dropped and what was
-    /// handed to it is stored. `publisher`: the relay that publishes first
-    /// attempts (distributed mode); without it, or while its broker is down,
-    /// queued deliveries get outbox rows and `wake` is notified.
+    /// handed to it is stored. The first attempts of each committed batch go
+    /// to `producer`.
     pub fn spawn(
         store: Store,
-        publisher: Option<Publisher>,
-        wake: Arc<Notify>,
+        producer: Producer,
         metrics: Arc<Metrics>,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Ingester {
-        let writer = Arc::new(Writer { store, publisher, wake, metrics });
+        let writer = Arc::new(Writer { store, producer, metrics });
         let batcher = Batcher::spawn(Batching { max: MAX_BATCH, linger: None }, tasks, move |events| {
             let writer = writer.clone();
             async move { writer.write(events).await }
@@ -79,53 +75,32 @@ impl Ingester {
 
 struct Writer {
     store: Store,
-    publisher: Option<Publisher>,
-    wake: Arc<Notify>,
+    producer: Producer,
     metrics: Arc<Metrics>,
 }
 
 impl Writer {
-    /// Stores one batch and hands its first attempts over.
+    /// Stores one batch and enqueues its first attempts.
     async fn write(&self, events: Vec<NewEvent>) -> Vec<StoreResult<IngestOutcome>> {
         self.metrics.ingest_batch_size.observe(events.len() as f64);
-        // With the broker up, the first attempts go straight to the relay;
-        // else they wait in the outbox, written with their events.
-        let publisher = self.publisher.as_ref().filter(|publisher| publisher.broker_up());
-        match self.store.ingest_events(&events, publisher.is_none()).await {
-            Ok(outcomes) => {
-                match publisher {
-                    Some(publisher) => self.hand_over(publisher, &events, &outcomes).await,
-                    None if outcomes.iter().any(|o| o.as_ref().is_ok_and(|o| !o.queued.is_empty())) => {
-                        self.wake.notify_one();
-                    }
-                    None => {}
-                }
-                outcomes
-            }
-            Err(error) => error.for_batch(events.len()),
-        }
-    }
-
-    /// Hands the first attempts of a committed batch to the relay, or to the
-    /// outbox when the relay cannot take them.
-    async fn hand_over(&self, publisher: &Publisher, events: &[NewEvent], outcomes: &[StoreResult<IngestOutcome>]) {
-        let mut ready = Vec::new();
-        for (event, outcome) in events.iter().zip(outcomes) {
+        let outcomes = match self.store.ingest_events(&events).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => return error.for_batch(events.len()),
+        };
+        let mut first_attempts = Vec::new();
+        for (event, outcome) in events.iter().zip(&outcomes) {
             let Ok(outcome) = outcome else { continue };
             for queued in &outcome.queued {
-                let message = DeliveryMessage::first_attempt(
+                first_attempts.push(DeliveryMessage::first_attempt(
                     queued.delivery_id,
                     &queued.endpoint_id,
                     event,
                     outcome.body.clone(),
-                );
-                let payload = message::encode_delivery(&message);
-                ready.push(Ready { delivery_id: queued.delivery_id, lane: event.lane, payload });
+                ));
             }
         }
-        if !ready.is_empty() {
-            publisher.hand_over(ready).await;
-        }
+        self.producer.enqueue(first_attempts).await;
+        outcomes
     }
 }
 

@@ -79,10 +79,11 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let database = state.store.ping().await.is_ok();
     // Standalone mode has no broker: its queue is the store.
-    let broker = state.broker_up.as_ref().is_none_or(|up| *up.borrow());
+    let broker_up = state.producer.broker_up();
+    let broker = broker_up.unwrap_or(true);
     let body = serde_json::json!({
         "database": if database { "ok" } else { "down" },
-        "broker": match &state.broker_up { None => "embedded", Some(_) if broker => "ok", Some(_) => "down" },
+        "broker": match broker_up { None => "embedded", Some(true) => "ok", Some(false) => "down" },
     });
     let status = if database && broker { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body)).into_response()

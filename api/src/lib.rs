@@ -6,8 +6,6 @@
 //! - [`routes`]: the public `/v0` API, one module per resource;
 //! - [`auth`] and [`idempotency`]: the middleware every public route runs;
 //! - [`internal`]: health, readiness and metrics on the internal listener;
-//! - [`relay`]: the outbox relay that publishes committed messages;
-//! - [`sweeper`]: queues again the deliveries no queue holds;
 //! - [`server`]: how both listeners bound slow and numerous clients;
 //! - [`run`]: starts all of it on given listeners until a shutdown token fires.
 
@@ -15,7 +13,6 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
-pub mod dead_letters;
 pub mod dev_receiver;
 pub mod error;
 pub mod extract;
@@ -27,11 +24,9 @@ pub mod metrics;
 pub mod openapi;
 pub mod operator;
 pub mod rate_limit;
-pub mod relay;
 pub mod routes;
 pub mod server;
 pub mod state;
-pub mod sweeper;
 
 use std::{sync::Arc, time::Duration};
 
@@ -42,7 +37,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower_http::catch_panic::CatchPanicLayer;
 use webhooks_model::Topology;
 use webhooks_net::tls;
-use webhooks_store::{Purged, RETENTION_BATCH, Store, open as db, retention_cutoff};
+use webhooks_queue::Producer;
+use webhooks_store::{Purged, RETENTION_BATCH, Store, queue::QueueStore, retention_cutoff};
 
 pub use config::Config;
 use state::AppState;
@@ -52,11 +48,6 @@ use state::AppState;
 pub struct Listeners {
     pub public: TcpListener,
     pub internal: TcpListener,
-}
-
-/// Opens the pool and applies migrations, retrying while PostgreSQL starts.
-pub async fn connect_database(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
-    db::connect(common).await
 }
 
 /// The public router over `state`, with the request timeout, metrics and
@@ -84,40 +75,41 @@ enum Mode {
 /// requests in flight, lets the relay publish what is committed, and returns.
 pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
-    let store = connect_database(&config.common).await?;
-    serve(config, Mode::Distributed, store, listeners, shutdown).await
+    let opened = webhooks_store::open::distributed(&config.common).await?;
+    serve(config, Mode::Distributed, opened, listeners, shutdown).await
 }
 
 /// Standalone mode: the API, the internal listener and delivery in one
-/// process over `store` (the SQLite store of `DATA_DIR`), no broker. On
-/// `shutdown` the listeners drain and delivery finishes or keeps what it holds.
+/// process over `opened` (the SQLite store of `DATA_DIR`, whose deliveries
+/// table is the queue), no broker. On `shutdown` the listeners drain and
+/// delivery finishes or keeps what it holds.
 pub async fn run_standalone(
     config: config::StandaloneConfig,
-    store: Store,
+    opened: (Store, QueueStore),
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
-    serve(config.api, Mode::Standalone(Some(Box::new(config.delivery))), store, listeners, shutdown).await
+    serve(config.api, Mode::Standalone(Some(Box::new(config.delivery))), opened, listeners, shutdown).await
 }
 
-/// The listeners of standalone mode over `store`, without delivery: the
+/// The listeners of standalone mode over `opened`, without delivery: the
 /// caller runs `dispatcher::start_embedded` on the same store beside it (as
 /// the black-box tests do, to stop and start delivery on their own).
 pub async fn run_standalone_without_delivery(
     config: Config,
-    store: Store,
+    opened: (Store, QueueStore),
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
-    serve(config, Mode::Standalone(None), store, listeners, shutdown).await
+    serve(config, Mode::Standalone(None), opened, listeners, shutdown).await
 }
 
 async fn serve(
     config: Config,
     mode: Mode,
-    store: Store,
+    (store, queue_store): (Store, QueueStore),
     listeners: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -134,37 +126,20 @@ async fn serve(
     let metrics = Arc::new(metrics::Metrics::new());
     let background = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let relay_wake: Arc<tokio::sync::Notify> = Arc::default();
     // Delivery that stops with an error stops the process: accepting events
     // that nothing delivers would only look healthy.
     let fatal: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
-    let (broker_up, delivery_metrics, publisher) = match &mode {
-        Mode::Distributed => {
-            let (relay, publisher) = relay::Relay::new(
-                store.postgres().cloned().context("the distributed mode runs on PostgreSQL")?,
-                common.amqp_url.clone(),
-                topology.clone(),
-                relay_wake.clone(),
-                metrics.clone(),
-            );
-            let broker_rx = relay.broker_up.subscribe();
-            let sweeper = sweeper::Sweeper {
-                store: relay.store.clone(),
-                amqp_url: common.amqp_url.clone(),
-                topology: topology.clone(),
-                interval: config.sweep_interval,
-                relay_wake: relay_wake.clone(),
-            };
-            tasks.spawn(relay.run(background.clone()));
-            tasks.spawn(sweeper.run(background.clone()));
-            (Some(broker_rx), None, Some(publisher))
-        }
-        Mode::Standalone(None) => (None, None, None),
+    let broker = webhooks_queue::amqp::BrokerSettings { topology: topology.clone(), amqp_url: common.amqp_url.clone() };
+    let sweep = webhooks_queue::amqp::sweeper::SweepSettings { interval: config.sweep_interval };
+    let producer =
+        Producer::start(queue_store.clone(), broker, metrics.relay.clone(), sweep, &tasks, background.clone());
+    let delivery_metrics = match &mode {
+        Mode::Distributed | Mode::Standalone(None) => None,
         Mode::Standalone(Some(delivery)) => {
-            let sqlite = store.sqlite().cloned().context("standalone mode runs on its own store")?;
             let delivery_metrics = Arc::new(dispatcher::metrics::Metrics::new());
+            let opened = (store.clone(), queue_store);
             let delivering =
-                dispatcher::start_embedded(common, delivery, sqlite, delivery_metrics.clone(), background.clone())
+                dispatcher::start_embedded(common, delivery, opened, delivery_metrics.clone(), background.clone())
                     .await
                     .context("delivery")?;
             let (fatal, stop_listeners) = (fatal.clone(), shutdown.clone());
@@ -175,10 +150,10 @@ async fn serve(
                     stop_listeners.cancel();
                 }
             });
-            (None, Some(delivery_metrics), None)
+            Some(delivery_metrics)
         }
     };
-    let ingester = ingest::Ingester::spawn(store.clone(), publisher, relay_wake.clone(), metrics.clone(), &tasks);
+    let ingester = ingest::Ingester::spawn(store.clone(), producer.clone(), metrics.clone(), &tasks);
     let state = AppState {
         config: Arc::new(config.clone()),
         store: store.clone(),
@@ -186,16 +161,15 @@ async fn serve(
         cipher: Arc::new(cipher),
         tls,
         metrics,
-        relay_wake,
+        producer,
         ingester,
-        broker_up,
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
         fair_share: rate_limit::RateLimit::new(config.fair_share_per_second, config.fair_share_burst).map(Arc::new),
         tasks: tasks.clone(),
         stopping: background.clone(),
     };
-    tasks.spawn(housekeeping(store.clone(), config.clone(), state.relay_wake.clone(), background.clone()));
+    tasks.spawn(housekeeping(store.clone(), config.clone(), state.producer.clone(), background.clone()));
     tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));
     match config.retention() {
         Some(retention) => {
@@ -234,7 +208,7 @@ const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(2);
 /// endpoints that have failed for `AUTO_DISABLE_AFTER` (API.md §8.3), and
 /// deletes the replaced keys whose overlap has ended (§8.2). Both are single
 /// statements, safe with several API processes.
-async fn housekeeping(store: Store, config: Config, relay_wake: Arc<tokio::sync::Notify>, shutdown: CancellationToken) {
+async fn housekeeping(store: Store, config: Config, producer: Producer, shutdown: CancellationToken) {
     let clock = config.common.clock.clone();
     let mut tick = tokio::time::interval(HOUSEKEEPING_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -254,7 +228,7 @@ async fn housekeeping(store: Store, config: Config, relay_wake: Arc<tokio::sync:
                         );
                     }
                     if !disabled.is_empty() {
-                        relay_wake.notify_one();
+                        producer.wake();
                     }
                 }
                 Err(error) => tracing::warn!(%error, "could not check endpoint health"),

@@ -1,6 +1,6 @@
 //! Prometheus metrics of the API: requests by route and status, and latency.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -9,7 +9,7 @@ use axum::{
 };
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
     registry::Registry,
 };
 
@@ -39,15 +39,10 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    /// Broker messages published and confirmed by the outbox relay.
-    pub outbox_published: Counter,
-    /// Messages waiting in the outbox at the last scan.
-    pub outbox_backlog: Gauge,
+    /// The relay's counters (distributed mode).
+    pub relay: Arc<webhooks_queue::metrics::RelayMetrics>,
     /// Events accepted on `/internal/events`.
     pub events_accepted: Counter,
-    /// First attempts published and confirmed straight after their ingest,
-    /// without an outbox row.
-    pub first_attempts_published: Counter,
     /// Events per ingest transaction.
     pub ingest_batch_size: Histogram,
 }
@@ -58,32 +53,15 @@ impl Metrics {
         let mut registry = Registry::with_prefix("webhooks_api");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let outbox_published = Counter::default();
-        let outbox_backlog = Gauge::default();
+        let relay = Arc::new(webhooks_queue::metrics::RelayMetrics::default());
         let events_accepted = Counter::default();
-        let first_attempts_published = Counter::default();
         let ingest_batch_size = Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]);
         registry.register("http_requests", "HTTP requests by route, method and status", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency by route", latency.clone());
-        registry.register("outbox_published", "Broker messages published and confirmed", outbox_published.clone());
-        registry.register("outbox_backlog", "Messages waiting in the outbox at the last scan", outbox_backlog.clone());
+        relay.register(&mut registry);
         registry.register("events_accepted", "Events accepted for delivery", events_accepted.clone());
-        registry.register(
-            "first_attempts_published",
-            "First attempts published and confirmed straight after their ingest, without an outbox row",
-            first_attempts_published.clone(),
-        );
         registry.register("ingest_batch_size", "Events stored per ingest transaction", ingest_batch_size.clone());
-        Metrics {
-            registry,
-            requests,
-            latency,
-            outbox_published,
-            outbox_backlog,
-            events_accepted,
-            first_attempts_published,
-            ingest_batch_size,
-        }
+        Metrics { registry, requests, latency, relay, events_accepted, ingest_batch_size }
     }
 
     /// The Prometheus text exposition.

@@ -81,7 +81,7 @@ pub fn render_sent(event: &serde_json::Value) -> String {
 
 /// A developer's endpoints, newest first.
 pub async fn list_endpoints(common: &CommonConfig, developer_id: Uuid) -> anyhow::Result<Vec<EndpointRecord>> {
-    let store = webhooks_store::open::open_for_command(common).await?;
+    let (store, _) = webhooks_store::open::for_command(common).await?;
     Ok(store.list_endpoints(developer_id).await?)
 }
 
@@ -118,7 +118,7 @@ pub fn render_endpoints(endpoints: &[EndpointRecord], json: bool) -> anyhow::Res
 
 /// An endpoint's newest `limit` log entries, if the endpoint exists.
 pub async fn endpoint_logs(common: &CommonConfig, endpoint_id: &str, limit: i64) -> anyhow::Result<Vec<DeliveryLog>> {
-    let store = webhooks_store::open::open_for_command(common).await?;
+    let (store, _) = webhooks_store::open::for_command(common).await?;
     store.load_endpoint(endpoint_id).await?.with_context(|| format!("no endpoint {endpoint_id}"))?;
     Ok(store.list_logs(endpoint_id, limit, None).await?.unwrap_or_default())
 }

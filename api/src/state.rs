@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{Notify, watch};
 use webhooks_keys::KeyCipher;
 use webhooks_model::Topology;
 use webhooks_store::Store;
@@ -19,13 +18,11 @@ pub struct AppState {
     /// Trusted roots for the TLS check of endpoint URLs.
     pub tls: Arc<rustls::ClientConfig>,
     pub metrics: Arc<Metrics>,
-    /// Wakes the outbox relay after a commit, so messages leave at once.
-    pub relay_wake: Arc<Notify>,
+    /// The queue's side of the API: wakes the relay after a commit wrote the
+    /// outbox, and says whether a broker serves (`None`: no broker).
+    pub producer: webhooks_queue::Producer,
     /// Stores ingested events in batches.
     pub ingester: crate::ingest::Ingester,
-    /// Whether the relay holds a working broker channel; `None` in standalone
-    /// mode, which has no broker.
-    pub broker_up: Option<watch::Receiver<bool>>,
     /// The metrics of in-process delivery (standalone mode), served with the API's.
     pub delivery_metrics: Option<Arc<dispatcher::metrics::Metrics>>,
     /// The per-developer request limit, unless switched off.

@@ -140,17 +140,16 @@ impl EndpointCache {
 mod tests {
     use uuid::Uuid;
     use webhooks_model::EventEpoch;
-    use webhooks_store::{EndpointChange, EndpointUpdate, NewEndpoint, sqlite::SqliteStore};
+    use webhooks_store::{EndpointChange, EndpointUpdate, NewEndpoint};
 
     use super::*;
 
     /// A store in a directory of its own with one active endpoint whose key
     /// is sealed by `cipher`: the store, the directory, the developer and
     /// the endpoint's id.
-    async fn store_with_endpoint(cipher: &KeyCipher) -> (SqliteStore, std::path::PathBuf, Uuid, String) {
+    async fn store_with_endpoint(cipher: &KeyCipher) -> (Store, std::path::PathBuf, Uuid, String) {
         let dir = std::env::temp_dir().join(format!("webhooks-cache-{}", Uuid::new_v4().simple()));
-        let sqlite = SqliteStore::open(&dir).await.unwrap();
-        let store = Store::Sqlite(sqlite.clone());
+        let (store, _) = webhooks_store::open::standalone(&dir).await.unwrap();
         let pair = webhooks_keys::generate_rsa_2048().unwrap();
         let (developer_id, id) = (Uuid::new_v4(), format!("wep_{}", Uuid::new_v4().simple()));
         let new = NewEndpoint {
@@ -168,7 +167,7 @@ mod tests {
         store.create_endpoint(new, 5, BY).await.unwrap().unwrap();
         let activate = EndpointUpdate { status: Some(EndpointStatus::Active), ..EndpointUpdate::default() };
         store.update_endpoint(developer_id, &id, activate, BY).await.unwrap();
-        (sqlite, dir, developer_id, id)
+        (store, dir, developer_id, id)
     }
 
     const BY: EndpointChange = EndpointChange { api_key_id: Some(Uuid::nil()) };
@@ -176,8 +175,7 @@ mod tests {
     #[tokio::test]
     async fn a_load_overtaken_by_an_invalidation_is_not_cached() {
         let cipher = Arc::new(KeyCipher::new(None).unwrap());
-        let (sqlite, dir, developer_id, id) = store_with_endpoint(&cipher).await;
-        let store = Store::Sqlite(sqlite.clone());
+        let (store, dir, developer_id, id) = store_with_endpoint(&cipher).await;
         let cache = EndpointCache::new(store.clone(), cipher, Duration::from_secs(3600));
 
         // A load that started before a change and ends after its invalidation.
@@ -192,15 +190,14 @@ mod tests {
 
         // A load nothing overtook stays cached.
         assert!(cache.lock().endpoints.contains_key(&id));
-        sqlite.close().await;
+        store.close().await;
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]
     async fn a_deleted_endpoint_is_gone_without_opening_its_key() {
         let cipher = Arc::new(KeyCipher::new(None).unwrap());
-        let (sqlite, dir, developer_id, id) = store_with_endpoint(&cipher).await;
-        let store = Store::Sqlite(sqlite.clone());
+        let (store, dir, developer_id, id) = store_with_endpoint(&cipher).await;
         let cache = EndpointCache::new(store.clone(), cipher, Duration::from_secs(3600));
         assert!(cache.get(&id).await.unwrap().is_some());
 
@@ -211,7 +208,7 @@ mod tests {
         assert!(store.load_endpoint(&id).await.unwrap().unwrap().private_key.is_empty());
         assert!(cache.reload(&id).await.unwrap().is_none());
         assert!(cache.get(&id).await.unwrap().is_none());
-        sqlite.close().await;
+        store.close().await;
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,12 +1,14 @@
 //! The delivery decision, free of any queue, socket or database: what to do
-//! with a message given its endpoint, and what follows from an attempt's
-//! outcome. The handler in [`crate::worker`] carries the decisions out.
+//! with a message given its endpoint, what follows from an attempt's
+//! outcome, and how long a message put back waits. The handler in
+//! [`crate::worker`] gathers the facts; the queue carries the outcome out.
 
 use std::time::Duration;
 
 use rand::Rng;
 use webhooks_model::{EndpointStatus, RetrySchedule};
 use webhooks_queue::DeliveryMessage;
+use webhooks_queue::{Outcome, PARK_LIMIT, PUT_BACK_AT_MOST, put_back_delay};
 use webhooks_store::DeliveryState;
 
 /// What to do with a message before any attempt.
@@ -85,6 +87,42 @@ pub fn after_attempt(
     }
 }
 
+/// Why a message goes back without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutBack<'a> {
+    /// Its endpoint has no free slot in time.
+    Busy,
+    /// Something failed (the reason): counts towards [`PARK_LIMIT`].
+    Failed(&'a str),
+}
+
+/// The outcome of putting `message` back: each put-back waits twice as long
+/// as the one before; past [`PARK_LIMIT`] failures the message is given up.
+pub fn put_back(message: &DeliveryMessage, schedule: &RetrySchedule, why: PutBack<'_>) -> Outcome {
+    let delay = put_back_delay(schedule, message.parks);
+    match why {
+        PutBack::Busy => Outcome::PutBack { message: message.put_back(false), delay, why: "deferred" },
+        PutBack::Failed(reason) if message.failures >= PARK_LIMIT => {
+            Outcome::GiveUp { message: message.clone(), reason: reason.to_owned() }
+        }
+        PutBack::Failed(_) => Outcome::PutBack { message: message.put_back(true), delay, why: "parked" },
+    }
+}
+
+/// The message to set aside behind an endpoint that has hung for
+/// `hung_for`, and for how long: as long as the endpoint has hung so far, at
+/// least a put-back's delay and at most [`PUT_BACK_AT_MOST`], so a long-hung
+/// endpoint's backlog is looked at less and less often; the endpoint's next
+/// success brings it back sooner.
+pub fn set_aside(
+    message: &DeliveryMessage,
+    schedule: &RetrySchedule,
+    hung_for: Duration,
+) -> (DeliveryMessage, Duration) {
+    let delay = put_back_delay(schedule, message.parks).max(hung_for.min(PUT_BACK_AT_MOST));
+    (message.put_back(false), delay)
+}
+
 /// The wait before the next attempt: the schedule's delay less up to 10%
 /// jitter, or the receiver's `Retry-After` when that is longer (capped).
 fn retry_delay(scheduled: Duration, retry_after: Option<Duration>, max_retry_after: Duration) -> Duration {
@@ -138,6 +176,32 @@ mod tests {
         assert_eq!((next.attempt, next.force, next.generation), (3, false, Some(2)), "a retry is not forced");
         assert_eq!(after_attempt(&message(3, false), false, None, &schedule, cap), After::Failed);
         assert_eq!(After::Failed.state(), DeliveryState::Failed);
+    }
+
+    #[test]
+    fn a_put_back_counts_and_waits_longer_and_failures_are_given_up_at_the_limit() {
+        let schedule: RetrySchedule = "5s,1m".parse().unwrap();
+        let Outcome::PutBack { message: busy, delay, why } = put_back(&message(1, false), &schedule, PutBack::Busy)
+        else {
+            panic!("a busy endpoint's message goes back")
+        };
+        assert_eq!((busy.parks, busy.failures, delay, why), (1, 0, Duration::from_secs(5), "deferred"));
+        let Outcome::PutBack { message: failed, delay, why } = put_back(&busy, &schedule, PutBack::Failed("db")) else {
+            panic!("a failure puts it back")
+        };
+        assert_eq!((failed.parks, failed.failures, delay, why), (2, 1, Duration::from_secs(10), "parked"));
+        let mut worn = failed;
+        for _ in 0..PARK_LIMIT {
+            if let Outcome::PutBack { message, .. } = put_back(&worn, &schedule, PutBack::Failed("db")) {
+                worn = message;
+            }
+        }
+        assert!(
+            matches!(put_back(&worn, &schedule, PutBack::Failed("db")), Outcome::GiveUp { reason, .. } if reason == "db")
+        );
+        let (aside, delay) = set_aside(&message(1, false), &schedule, Duration::from_secs(40));
+        assert_eq!((aside.parks, delay), (1, Duration::from_secs(40)));
+        assert_eq!(set_aside(&message(1, false), &schedule, Duration::from_secs(3600)).1, PUT_BACK_AT_MOST);
     }
 
     #[test]

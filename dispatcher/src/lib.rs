@@ -2,18 +2,14 @@
 //! queue, signs each attempt with its endpoint's key, POSTs it to `active`
 //! HTTPS endpoints only, records every attempt, and schedules retries.
 //!
-//! - [`decide`]: the delivery decision (send, hold, cancel; retry or fail),
-//!   pure;
-//! - [`worker`]: the handling of one message, whatever its queue;
-//! - [`source`]: the queues: RabbitMQ (distributed) or the SQLite store's
-//!   deliveries table (standalone);
+//! - [`decide`]: the delivery decision (send, hold, cancel; retry or fail;
+//!   how long a message put back waits), pure;
+//! - [`worker`]: the handling of one message, whatever its queue: it decides
+//!   an outcome, and the queue (`webhooks-queue`) carries it out;
 //! - [`deliver`]: one signed HTTP attempt;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
-//! - [`recorder`]: batched writes of attempts and delivery state;
-//! - [`standing`]: batched checks that a retry should still be made;
-//! - [`parked`]: batched due times of parked deliveries;
+//! - [`standing`]: batched checks that a message should still be sent;
 //! - [`slots`]: attempts in flight per endpoint, under limits that adapt;
-//! - [`settle`]: RabbitMQ acks and nacks, gathered into as few frames as possible;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
 //!   `/metrics`, until shutdown; [`start_embedded`]: delivery inside the
 //!   standalone process.
@@ -23,11 +19,7 @@ pub mod config;
 pub mod decide;
 pub mod deliver;
 pub mod metrics;
-pub mod parked;
-pub mod recorder;
-pub mod settle;
 pub mod slots;
-pub mod source;
 pub mod standing;
 pub mod worker;
 
@@ -47,11 +39,16 @@ use webhooks_config::CommonConfig;
 use webhooks_keys::KeyCipher;
 use webhooks_model::Topology;
 use webhooks_net::tls;
-use webhooks_store::{Store, sqlite::SqliteStore};
+use webhooks_queue::Queue;
+use webhooks_store::{Store, queue::QueueStore};
 
 pub use config::{Config, DeliveryConfig};
 
-use crate::{cache::EndpointCache, metrics::Metrics, recorder::Recorder, worker::Context};
+use crate::{
+    cache::EndpointCache,
+    metrics::Metrics,
+    worker::{Context, Worker},
+};
 
 #[derive(Debug, Clone)]
 struct Health {
@@ -118,13 +115,13 @@ async fn check_key(store: &Store, cipher: &KeyCipher) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The handler context over `store`, with the delivery client and an empty
-/// endpoint cache; `writers` tracks the recorder, which drains on shutdown.
-/// `handlers`: the messages the source hands out at once.
+/// The handler context over `store` and its queue, with the delivery client
+/// and an empty endpoint cache; `writers` tracks the batched writers, which
+/// drain on shutdown. `handlers`: the messages the queue hands out at once.
 async fn context(
     common: &CommonConfig,
     delivery: &DeliveryConfig,
-    store: Store,
+    (store, queue_store): (Store, QueueStore),
     metrics: Arc<Metrics>,
     writers: &TaskTracker,
     handlers: usize,
@@ -139,14 +136,21 @@ async fn context(
         common.delivery_timeout,
         connect_timeout,
     )?;
+    let settings = webhooks_queue::Settings {
+        topology: Topology::new(&common.queue_prefix, &common.retry_schedule),
+        amqp_url: common.amqp_url.clone(),
+        prefetch: delivery.dispatcher_prefetch,
+        concurrency: delivery.dispatcher_concurrency,
+        shutdown_timeout: delivery.shutdown_timeout,
+        retry_schedule: common.retry_schedule.clone(),
+    };
     Ok(Arc::new(Context {
         common: common.clone(),
         delivery: delivery.clone(),
         client,
         cache: EndpointCache::new(store.clone(), cipher, delivery.endpoint_cache_ttl),
-        recorder: Recorder::spawn(store.clone(), writers),
         standings: standing::Standings::spawn(store.clone(), writers),
-        parked: parked::ParkedWrites::spawn(store.clone(), writers),
+        queue: Queue::new(store.clone(), queue_store, settings, writers),
         store,
         metrics,
         slots: slots::Slots::new(
@@ -163,14 +167,14 @@ async fn context(
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
     let common = &config.common;
-    let store = webhooks_store::open::connect(common).await?;
-    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
+    let opened = webhooks_store::open::distributed(common).await?;
+    let store = opened.0.clone();
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);
     let writers = TaskTracker::new();
     // Two lanes, each with its own prefetch window, share the handlers.
     let handlers = config.delivery.dispatcher_concurrency.min(2 * usize::from(config.delivery.dispatcher_prefetch));
-    let context = context(common, &config.delivery, store.clone(), metrics.clone(), &writers, handlers).await?;
+    let context = context(common, &config.delivery, opened, metrics.clone(), &writers, handlers).await?;
 
     let health_stop = CancellationToken::new();
     tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
@@ -183,20 +187,20 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     // On a worker thread of the runtime, not the thread that called `run`:
     // the tasks the session spawns then start on the same worker, instead of
     // each waking a parked one from outside.
-    let sessions = tokio::spawn({
+    let consuming = tokio::spawn({
         let (context, shutdown) = (context.clone(), shutdown.clone());
         async move {
-            webhooks_queue::amqp::reconnecting("dispatcher", &shutdown, || {
-                source::amqp::session(context.clone(), &topology, &broker_tx, &shutdown)
-            })
-            .await;
+            let queue = context.queue.clone();
+            queue.consume(Arc::new(Worker(context)), broker_tx, shutdown).await
         }
     });
-    if let Err(error) = sessions.await {
-        tracing::error!(%error, "the broker sessions ended abnormally");
+    match consuming.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(error = format!("{error:#}"), "consuming ended with an error"),
+        Err(error) => tracing::error!(%error, "the broker sessions ended abnormally"),
     }
 
-    // Every handler has finished: let the recorder drain, then stop.
+    // Every handler has finished: let the batched writers drain, then stop.
     drop(context);
     writers.close();
     writers.wait().await;
@@ -216,17 +220,19 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 pub async fn start_embedded(
     common: &CommonConfig,
     delivery: &DeliveryConfig,
-    store: SqliteStore,
+    opened: (Store, QueueStore),
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<impl Future<Output = anyhow::Result<()>> + Send + use<>> {
     delivery.validate().map_err(anyhow::Error::msg)?;
     let writers = TaskTracker::new();
     let handlers = delivery.dispatcher_concurrency;
-    let context = context(common, delivery, Store::Sqlite(store.clone()), metrics, &writers, handlers).await?;
+    let context = context(common, delivery, opened, metrics, &writers, handlers).await?;
     Ok(async move {
-        let result = source::embedded::run(context.clone(), store, shutdown).await;
-        drop(context);
+        let queue = context.queue.clone();
+        let (ready, _) = watch::channel(false);
+        let result = queue.consume(Arc::new(Worker(context)), ready, shutdown).await;
+        drop(queue);
         writers.close();
         writers.wait().await;
         result

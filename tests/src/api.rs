@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use webhooks_config::Environment;
 use webhooks_model::{ApiKey, ApiKeyType, Scope, time::Clock};
-use webhooks_store::{Store, sqlite::SqliteStore};
+use webhooks_store::{Store, queue::QueueStore};
 
 use crate::{
     WAIT,
@@ -221,6 +221,12 @@ pub struct TestApi {
     pub client: reqwest::Client,
     /// The store of the instance, for issuing keys as the operator does.
     pub store: Store,
+    /// The store's side of its queue, for in-process delivery in standalone
+    /// mode.
+    queue_store: QueueStore,
+    /// A pool of its own on the PostgreSQL database (distributed mode), for
+    /// what a test reads or writes behind the instance's back.
+    pool: Option<sqlx::PgPool>,
     /// The CA the instance trusts through `TLS_EXTRA_ROOTS`.
     pub ca: Arc<TestCa>,
     /// This instance's `QUEUE_PREFIX`.
@@ -354,29 +360,30 @@ impl TestApi {
         let (public, internal) = (listeners.public.local_addr()?, listeners.internal.local_addr()?);
         let shutdown = CancellationToken::new();
         let clock = Clock::default();
-        let (config, store, queues, running) = match &data_dir {
+        let (config, store, queue_store, queues, running) = match &data_dir {
             None => {
                 let mut config = api::Config::from_args(&args).context("API flags")?;
                 config.common.clock = clock.clone();
                 let queues = QueueCleanup::new(&amqp_url, &prefix, &config.common.retry_schedule);
-                let store = api::connect_database(&config.common).await.context("test database")?;
+                let (store, queue_store) =
+                    webhooks_store::open::distributed(&config.common).await.context("test database")?;
                 let running = tokio::spawn(api::run(config.clone(), listeners, shutdown.clone()));
-                (config, store, Some(queues), running)
+                (config, store, queue_store, Some(queues), running)
             }
             Some(DataDir(dir)) => {
                 let mut standalone = api::config::StandaloneConfig::from_args(&args).context("standalone flags")?;
                 standalone.api.common.clock = clock.clone();
-                let store = Store::Sqlite(SqliteStore::open(dir).await.context("standalone store")?);
+                let (store, queue_store) = webhooks_store::open::standalone(dir).await.context("standalone store")?;
                 let config = standalone.api.clone();
                 // Delivery runs beside it when a test starts a dispatcher,
                 // as `webhooks-api standalone` runs it beside its listeners.
                 let running = tokio::spawn(api::run_standalone_without_delivery(
                     standalone.api,
-                    store.clone(),
+                    (store.clone(), queue_store.clone()),
                     listeners,
                     shutdown.clone(),
                 ));
-                (config, store, None, running)
+                (config, store, queue_store, None, running)
             }
         };
         let client =
@@ -389,12 +396,18 @@ impl TestApi {
                 .build()
                 .context("HTTP client")?;
 
+        let pool = match &database {
+            Some(database) => Some(sqlx::PgPool::connect(database.url()).await.context("test database pool")?),
+            None => None,
+        };
         let mut api = TestApi {
             backend,
             public,
             internal,
             client,
             store,
+            queue_store,
+            pool,
             ca,
             prefix,
             config,
@@ -567,9 +580,12 @@ impl TestApi {
         args.extend(self.shared_args.iter().cloned());
         args.extend(self.delivery_args.iter().cloned());
         args.extend(extra_args.iter().map(|s| (*s).to_owned()));
-        match self.store.sqlite() {
-            None => TestDispatcher::start(args, self.clock.clone(), &self.client).await,
-            Some(store) => TestDispatcher::start_embedded(args, store.clone(), self.clock.clone(), &self.client).await,
+        match &self.queue_store {
+            QueueStore::Outbox(_) => TestDispatcher::start(args, self.clock.clone(), &self.client).await,
+            table @ QueueStore::Table(_) => {
+                let opened = (self.store.clone(), table.clone());
+                TestDispatcher::start_embedded(args, opened, self.clock.clone(), &self.client).await
+            }
         }
     }
 
@@ -595,7 +611,7 @@ impl TestApi {
             }
             return dump;
         }
-        let pool = self.store.postgres().expect("a distributed instance runs on PostgreSQL").pool();
+        let pool = self.pool();
         let tables: Vec<String> = sqlx::query_scalar(
             "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
         )
@@ -621,17 +637,46 @@ impl TestApi {
         match &self.data_dir {
             Some(DataDir(dir)) => {
                 let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename(dir.join(webhooks_store::sqlite::DATABASE_FILE))
+                    .filename(dir.join(webhooks_store::open::DATABASE_FILE))
                     .busy_timeout(std::time::Duration::from_secs(10));
                 let pool = sqlx::SqlitePool::connect_with(options).await.expect("open the SQLite file");
                 sqlx::query(sql).bind(param).execute(&pool).await.expect("run SQL on SQLite");
                 pool.close().await;
             }
             None => {
-                let pool = self.store.postgres().expect("a distributed instance runs on PostgreSQL").pool();
+                let pool = self.pool();
                 sqlx::query(sql).bind(param).execute(pool).await.expect("run SQL on PostgreSQL");
             }
         }
+    }
+
+    /// A pool on the instance's PostgreSQL database, for what a test reads or
+    /// writes behind its back. Panics in standalone mode.
+    pub fn pool(&self) -> &sqlx::PgPool {
+        self.pool.as_ref().expect("a distributed instance runs on PostgreSQL")
+    }
+
+    /// The outbox of the instance's queue (distributed mode), for tests of
+    /// the sweeper's statements. Panics in standalone mode.
+    pub fn outbox(&self) -> &webhooks_store::queue::Outbox {
+        match &self.queue_store {
+            QueueStore::Outbox(outbox) => outbox,
+            QueueStore::Table(_) => panic!("a standalone instance has no outbox"),
+        }
+    }
+
+    /// The deliveries table of the instance's queue (standalone mode).
+    /// Panics in the distributed mode.
+    pub fn delivery_table(&self) -> &webhooks_store::queue::DeliveryTable {
+        match &self.queue_store {
+            QueueStore::Table(table) => table,
+            QueueStore::Outbox(_) => panic!("a distributed instance has no delivery table"),
+        }
+    }
+
+    /// Whether this instance runs in standalone mode.
+    pub fn is_standalone(&self) -> bool {
+        self.data_dir.is_some()
     }
 
     /// Cancels the shutdown token and waits for `api::run` to return its result.

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use webhooks_store::sqlite::SqliteStore;
+use webhooks_store::{Store, queue::QueueStore};
 
 use crate::WAIT;
 
@@ -26,7 +26,7 @@ impl TestDispatcher {
     /// its own for `/readyz` and `/metrics`; ready when this returns.
     pub(crate) async fn start_embedded(
         args: Vec<String>,
-        store: SqliteStore,
+        opened: (Store, QueueStore),
         clock: webhooks_model::time::Clock,
         client: &reqwest::Client,
     ) -> anyhow::Result<TestDispatcher> {
@@ -45,7 +45,7 @@ impl TestDispatcher {
             let _ = axum::serve(listener, router).with_graceful_shutdown(listening.cancelled_owned()).await;
         });
         let (common, delivery) = (config.api.common, config.delivery);
-        let delivering = dispatcher::start_embedded(&common, &delivery, store, metrics, shutdown.clone()).await?;
+        let delivering = dispatcher::start_embedded(&common, &delivery, opened, metrics, shutdown.clone()).await?;
         let running = tokio::spawn(delivering);
         TestDispatcher::ready(TestDispatcher { addr, shutdown, running: Some(running) }, client).await
     }

@@ -15,7 +15,7 @@ use webhooks_queue::amqp as broker;
 /// The delivery message of `event` to `endpoint` at `attempt`, as the queue
 /// holds it; the delivery's id comes from the database.
 async fn message(api: &TestApi, event: &serde_json::Value, endpoint: &serde_json::Value, attempt: u32) -> Vec<u8> {
-    let pool = api.store.postgres().expect("the distributed system").pool();
+    let pool = api.pool();
     let (delivery_id, generation): (i64, i32) =
         sqlx::query_as("SELECT id, generation FROM deliveries WHERE event_id = $1 AND endpoint_id = $2")
             .bind(event_id(event))

@@ -68,7 +68,7 @@ async fn wait_depth(channel: &Channel, queue: &str, n: u32, what: &str) {
 }
 
 async fn outbox_rows(api: &TestApi) -> i64 {
-    let pool = api.store.postgres().expect("the distributed system").pool();
+    let pool = api.pool();
     sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await.unwrap()
 }
 
@@ -170,7 +170,7 @@ async fn a_backlog_behind_a_saturated_endpoint_is_not_swept() {
 
     wait_for_events(&receiver, &ids, SWEPT_WITHIN).await;
     assert_eq!(receiver.count(), 13, "{:?}", received_ids(&receiver));
-    let pool = api.store.postgres().unwrap().pool();
+    let pool = api.pool();
     let generations: Vec<i32> =
         sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(pool).await.unwrap();
     assert_eq!(generations, [0], "no delivery was swept");
@@ -249,7 +249,7 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
     let (work, dead) = (format!("{}.deliveries", api.prefix), format!("{}.dead", api.prefix));
     wait_queued(&api, &channel, &work, 1).await;
     channel.queue_purge(work.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
-    let pool = api.store.postgres().unwrap().pool();
+    let pool = api.pool();
     let (delivery_id, generation): (i64, i32) =
         sqlx::query_as("SELECT id, generation FROM deliveries WHERE event_id = $1")
             .bind(event_id(&event))
@@ -299,7 +299,7 @@ async fn dead_letters_are_listed_and_replayed_and_other_messages_kept() {
 /// Makes every owed delivery of the instance look stranded: due long ago, no
 /// outbox row (the relay has nothing to publish, nothing is consumed).
 async fn strand_all(api: &TestApi) {
-    let pool = api.store.postgres().unwrap().pool();
+    let pool = api.pool();
     sqlx::query("DELETE FROM outbox WHERE delivery_id IS NOT NULL").execute(pool).await.unwrap();
     sqlx::query(
         "UPDATE deliveries SET next_attempt_at = now() - interval '1 hour' WHERE state IN ('pending', 'retrying')",
@@ -315,8 +315,8 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
     let key = api.new_developer().await;
     let endpoint = active_endpoint(&api, &key, &api.receiver().await.url()).await;
     let events = ingest_many(&api, key.developer_id(), "transfer", 50, 4).await;
-    let store = api.store.postgres().unwrap().clone();
-    let pool = store.pool().clone();
+    let store = api.outbox().clone();
+    let pool = api.pool().clone();
     let owed = Duration::from_secs(10);
 
     // Four sweepers at once, as four API processes: each delivery once.
@@ -375,8 +375,8 @@ async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it()
     let receiver = api.receiver().await;
     active_endpoint(&api, &key, &receiver.url()).await;
     ingest(&api, key.developer_id(), "transfer", 1).await;
-    let store = api.store.postgres().unwrap();
-    let pool = store.pool();
+    let store = api.outbox();
+    let pool = api.pool();
     eventually("the first attempt is published", WAIT, async || {
         let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await.unwrap();
         if rows == 0 { Ok(()) } else { Err(format!("{rows} outbox rows")) }

@@ -244,7 +244,7 @@ pub async fn send(
     }
     match state.store.send_event(&endpoint, &body.event_id).await? {
         SendOutcome::Queued => {
-            state.relay_wake.notify_one();
+            state.producer.wake();
             tracing::info!(endpoint_id = %endpoint.id, event_id = %body.event_id, api_key_id = %caller.key.id, "event sent on request");
             Ok(axum::Json(SendAnswer {
                 message: format!("Event {} is queued for delivery to {}", body.event_id, endpoint.id),

@@ -246,7 +246,7 @@ pub async fn create(
     };
     let by = EndpointChange::by_key(caller.key.id);
     let record = state.store.create_endpoint(new, i64::from(limit), by).await?.ok_or_else(|| limit_exceeded(limit))?;
-    state.relay_wake.notify_one();
+    state.producer.wake();
     tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint created");
     Ok((StatusCode::CREATED, axum::Json(record.to_webhook())))
 }
@@ -350,7 +350,7 @@ async fn apply(state: &AppState, caller: &Caller, id: &str, update: EndpointUpda
     let by = EndpointChange::by_key(caller.key.id);
     match state.store.update_endpoint(caller.developer_id(), id, update, by).await? {
         UpdateOutcome::Updated(record) => {
-            state.relay_wake.notify_one();
+            state.producer.wake();
             Ok(*record)
         }
         UpdateOutcome::NotFound => Err(ApiError::NotFound),
@@ -384,7 +384,7 @@ pub async fn remove(
     }
     let by = EndpointChange::by_key(caller.key.id);
     let record = state.store.delete_endpoint(caller.developer_id(), &id, by).await?.ok_or(ApiError::NotFound)?;
-    state.relay_wake.notify_one();
+    state.producer.wake();
     tracing::info!(endpoint_id = %record.id, api_key_id = %caller.key.id, "endpoint deleted");
     Ok(axum::Json(record.to_webhook()))
 }
@@ -499,7 +499,7 @@ async fn queue_window(state: AppState, endpoint: EndpointRecord, window: Recover
             Ok(batch) => {
                 queued += batch.queued;
                 if batch.queued > 0 {
-                    state.relay_wake.notify_one();
+                    state.producer.wake();
                 }
                 match batch.last_sequence {
                     Some(last) => after = last,

@@ -22,9 +22,10 @@ pub mod health;
 mod idempotency;
 pub mod open;
 pub mod pace;
-pub mod pg;
+mod pg;
+pub mod queue;
 mod retention;
-pub mod sqlite;
+mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
 pub use deliveries::{AttemptRecord, DeliveryState, DueDelivery, Parked, RetryStanding, StandingQuestion, Turn};
@@ -55,7 +56,7 @@ pub enum StoreError {
     Corrupt(String),
     /// The database failed or could not be reached.
     #[error("database error: {0}")]
-    Database(#[source] sqlx::Error),
+    Database(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The batch this call was stored in failed as a whole (group commit):
     /// every call of the batch gets the one cause.
     #[error("the batch failed: {0}")]
@@ -73,16 +74,22 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
-        StoreError::Database(error)
+        StoreError::Database(Box::new(error))
     }
 }
 
 /// The result of a store call.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Cheap to clone: a handle on one backend.
+/// Cheap to clone: a handle on one backend. Which one is decided when the
+/// store is opened ([`open`]); nothing above this seam names it.
 #[derive(Debug, Clone)]
-pub enum Store {
+pub struct Store {
+    backend: Backend,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
     Postgres(pg::PgStore),
     Sqlite(sqlite::SqliteStore),
 }
@@ -90,29 +97,18 @@ pub enum Store {
 /// Calls the same method on whichever backend runs.
 macro_rules! each_backend {
     ($self:ident, $store:ident => $call:expr) => {
-        match $self {
-            Store::Postgres($store) => $call,
-            Store::Sqlite($store) => $call,
+        match &$self.backend {
+            Backend::Postgres($store) => $call,
+            Backend::Sqlite($store) => $call,
         }
     };
 }
 
 impl Store {
-    /// The PostgreSQL backend, for what only the distributed mode has (the
-    /// outbox relay, migrations).
-    pub fn postgres(&self) -> Option<&pg::PgStore> {
-        match self {
-            Store::Postgres(store) => Some(store),
-            Store::Sqlite(_) => None,
-        }
-    }
-
-    /// The SQLite backend, for what only standalone mode has (its queue).
-    pub fn sqlite(&self) -> Option<&sqlite::SqliteStore> {
-        match self {
-            Store::Sqlite(store) => Some(store),
-            Store::Postgres(_) => None,
-        }
+    /// Closes the database: every connection, waiting for those in use (on
+    /// SQLite the writer last, so its close checkpoints the write-ahead log).
+    pub async fn close(&self) {
+        each_backend!(self, s => s.close().await)
     }
 
     /// Whether the database answers.
@@ -125,6 +121,12 @@ impl Store {
     /// Stores a new key (and its developer, if new).
     pub async fn create_api_key(&self, key: NewApiKey<'_>) -> StoreResult<ApiKey> {
         each_backend!(self, s => s.create_api_key(key).await)
+    }
+
+    /// Whether any API key was ever stored: a standalone process that finds
+    /// none is on its first start (or was locked out) and issues one.
+    pub async fn has_api_keys(&self) -> StoreResult<bool> {
+        each_backend!(self, s => s.has_api_keys().await)
     }
 
     /// The active key with this hash, if any.
@@ -273,7 +275,7 @@ impl Store {
     /// disabled ones), atomically. [`StoreError::IdempotencyKeyTaken`] when a
     /// concurrent twin with the same producer `Idempotency-Key` won.
     pub async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
-        let mut outcomes = self.ingest_events(std::slice::from_ref(event), true).await?;
+        let mut outcomes = self.ingest_events(std::slice::from_ref(event)).await?;
         outcomes.pop().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest returned no outcome".into())))
     }
 
@@ -282,20 +284,13 @@ impl Store {
     /// batch's order, and the event sequences follow that order. An event
     /// whose `Idempotency-Key` an earlier event of the batch, or a concurrent
     /// twin, already used gets [`StoreError::IdempotencyKeyTaken`] and is not
-    /// stored; the others are. `Err` when the batch failed as a whole.
-    ///
-    /// `outbox`: whether queued deliveries get an outbox row for the relay
-    /// (PostgreSQL). Without one, the caller publishes their first messages
-    /// itself (`IngestOutcome::queued`); the sweeper queues them again should
-    /// it never do so. SQLite's deliveries table is its queue: it ignores it.
-    pub async fn ingest_events(
-        &self,
-        events: &[NewEvent],
-        outbox: bool,
-    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+    /// stored; the others are. `Err` when the batch failed as a whole. The
+    /// queue of the deployment then carries the deliveries it made due
+    /// (`IngestOutcome::queued`).
+    pub async fn ingest_events(&self, events: &[NewEvent]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let twins = events::later_twins(events);
         let stored: Vec<&NewEvent> = events.iter().zip(&twins).filter(|(_, twin)| !**twin).map(|(e, _)| e).collect();
-        let mut outcomes = each_backend!(self, s => s.ingest_events(&stored, outbox).await)?.into_iter();
+        let mut outcomes = each_backend!(self, s => s.ingest_events(&stored).await)?.into_iter();
         Ok(twins
             .iter()
             .map(|twin| match twin {
@@ -396,44 +391,6 @@ impl Store {
     /// statement): one answer per question, in their order.
     pub async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
         each_backend!(self, s => s.retry_standings(questions).await)
-    }
-
-    /// Moves a delivery's next attempt to `until` without counting one: its
-    /// message was put back (parked) for a while. The due time then says
-    /// when the delivery is owed, so the sweeper leaves it alone meanwhile.
-    /// `parks` are the message's park counts, kept where the store is the
-    /// queue (standalone; `None` keeps the stored ones), as is
-    /// `pace_ticket`, the ticket it took in its endpoint's pace. Nothing changes unless the
-    /// delivery is still at `generation` and waiting.
-    pub async fn defer(
-        &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        until: DateTime<Utc>,
-        parks: Option<(u32, u32)>,
-        pace_ticket: Option<i64>,
-    ) -> StoreResult<()> {
-        each_backend!(self, s => s.defer(delivery_id, generation, until, parks, pace_ticket).await)
-    }
-
-    /// [`Store::defer`] for several deliveries parked by the broker's retry
-    /// queues, or set aside with no message at all (`Parked::set_aside`), in
-    /// one statement: their due times move, and whether they are set aside.
-    /// In standalone mode the deliveries table is the queue, so nothing is
-    /// ever set aside there.
-    pub async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
-        each_backend!(self, s => s.defer_parked(parked).await)
-    }
-
-    /// Queues again up to `batch` deliveries of `endpoint_id` set aside
-    /// behind it, in event order, each under a new generation (as a sweep
-    /// does): the endpoint answered again. Returns how many. Nothing is ever
-    /// set aside in standalone mode.
-    pub async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
-        match self {
-            Store::Postgres(s) => s.release_set_aside(endpoint_id, batch).await,
-            Store::Sqlite(_) => Ok(0),
-        }
     }
 
     /// Whether delivery `delivery_id` (at `generation`) of the ordered

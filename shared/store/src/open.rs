@@ -1,12 +1,14 @@
 //! Opening the store: the PostgreSQL pool and its schema migrations, or the
-//! SQLite store of standalone mode.
+//! SQLite store of standalone mode. Each gives the [`Store`] and the store's
+//! side of the deployment's queue ([`QueueStore`]); this is the one place
+//! that picks a backend.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
 
-use crate::{Store, pg::PgStore, sqlite::SqliteStore};
+use crate::{Store, pg::PgStore, queue::QueueStore, sqlite::SqliteStore};
 use sqlx::{
     PgPool,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -37,8 +39,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 }
 
 /// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
-/// starts) and returns the store both programs work through.
-pub async fn connect(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
+/// starts) and returns the store both programs work through, with the outbox
+/// of the broker's queue.
+pub async fn distributed(common: &webhooks_config::CommonConfig) -> anyhow::Result<(Store, QueueStore)> {
     let url = common.database_url();
     let pool = pool(url, common.database_max_connections).context("DATABASE_URL")?;
     // A few seconds of retries cover a database that is starting; beyond
@@ -50,7 +53,7 @@ pub async fn connect(common: &webhooks_config::CommonConfig) -> anyhow::Result<S
         .await
         .map_err(|error| unreachable(url, error))?;
     warn_without_autovacuum(&pool).await;
-    Ok(Store::Postgres(PgStore::new(pool)))
+    Ok(Store::postgres(PgStore::new(pool)))
 }
 
 /// Warns when the server runs without autovacuum: the outbox and the
@@ -90,14 +93,23 @@ fn unreachable(url: &str, error: sqlx::migrate::MigrateError) -> anyhow::Error {
 /// when `DATA_DIR` is set and `DATABASE_URL` is not, or when neither is set
 /// and standalone mode's default folder (`./webhooks-data`) exists; else
 /// PostgreSQL.
-pub async fn open_for_command(common: &webhooks_config::CommonConfig) -> anyhow::Result<Store> {
+pub async fn for_command(common: &webhooks_config::CommonConfig) -> anyhow::Result<(Store, QueueStore)> {
     let default_dir = std::path::Path::new(webhooks_config::DEFAULT_DATA_DIR);
     match (&common.database_url, &common.data_dir) {
-        (None, Some(data_dir)) => Ok(Store::Sqlite(SqliteStore::open(data_dir).await?)),
+        (None, Some(data_dir)) => standalone(data_dir).await,
         (None, None) if default_dir.is_dir() => {
             tracing::info!(data_dir = %default_dir.display(), "working on the standalone store found here");
-            Ok(Store::Sqlite(SqliteStore::open(default_dir).await?))
+            standalone(default_dir).await
         }
-        _ => connect(common).await,
+        _ => distributed(common).await,
     }
+}
+
+/// The SQLite database file inside `DATA_DIR`.
+pub use crate::sqlite::DATABASE_FILE;
+
+/// Opens (creating it if missing) the SQLite store of standalone mode in
+/// `data_dir`, whose deliveries table is the queue.
+pub async fn standalone(data_dir: &std::path::Path) -> anyhow::Result<(Store, QueueStore)> {
+    Ok(Store::sqlite(SqliteStore::open(data_dir).await?))
 }

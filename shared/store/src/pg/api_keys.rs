@@ -44,6 +44,10 @@ impl TryFrom<Row> for ApiKey {
 const COLUMNS: &str = "id, developer_id, kind, prefix, last_4, state, scopes, name, created_at, updated_at";
 
 impl PgStore {
+    pub(crate) async fn has_api_keys(&self) -> StoreResult<bool> {
+        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys)").fetch_one(&self.pool).await?)
+    }
+
     pub(crate) async fn create_api_key(&self, key: NewApiKey<'_>) -> StoreResult<ApiKey> {
         let now = webhooks_model::time::now();
         let scopes: Vec<&str> = key.scopes.iter().map(|s| s.as_str()).collect();

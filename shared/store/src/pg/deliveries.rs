@@ -136,19 +136,6 @@ impl PgStore {
         Ok(())
     }
 
-    /// See [`crate::Store::defer`]: the message carries its own park
-    /// counts and pace ticket, so only the due time is written here.
-    pub async fn defer(
-        &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        until: DateTime<Utc>,
-        _parks: Option<(u32, u32)>,
-        _pace_ticket: Option<i64>,
-    ) -> StoreResult<()> {
-        self.defer_parked(&[Parked { delivery_id, generation, until, set_aside: false }]).await
-    }
-
     pub(crate) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
         let ids: Vec<i64> = parked.iter().map(|p| p.delivery_id).collect();
         let generations: Vec<Option<i32>> = parked.iter().map(|p| p.generation).collect();

@@ -1,7 +1,7 @@
-//! Events and their deliveries on PostgreSQL. A queued delivery gets an
-//! outbox row that names it (`delivery_id`, `generation`, `force`); the relay
-//! builds the message from the delivery when it publishes, so no SQL writes
-//! the message: its JSON comes only from [`webhooks_queue::DeliveryMessage`].
+//! Events and their deliveries on PostgreSQL. A delivery queued by `send` or
+//! a recovery gets an outbox row that names it (`lane`, `delivery_id`,
+//! `generation`, `force`); the relay makes the message from the delivery
+//! when it publishes, so no SQL writes a message.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -24,16 +24,12 @@ impl PgStore {
     /// deadlock; the events are numbered in the batch's order. A twin that
     /// another process committed fails the statement on the unique index:
     /// then each event is stored on its own, and only the twin is refused.
-    pub(crate) async fn ingest_events(
-        &self,
-        events: &[&NewEvent],
-        outbox: bool,
-    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
-        match self.ingest_batch(events, outbox).await {
+    pub(crate) async fn ingest_events(&self, events: &[&NewEvent]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        match self.ingest_batch(events).await {
             Err(StoreError::IdempotencyKeyTaken) if events.len() > 1 => {
                 let mut outcomes = Vec::with_capacity(events.len());
                 for event in events {
-                    outcomes.push(self.ingest_batch(std::slice::from_ref(event), outbox).await.and_then(|mut one| {
+                    outcomes.push(self.ingest_batch(std::slice::from_ref(event)).await.and_then(|mut one| {
                         one.pop().ok_or_else(|| StoreError::Corrupt("an ingest returned no outcome".into()))
                     }));
                 }
@@ -45,7 +41,7 @@ impl PgStore {
         }
     }
 
-    async fn ingest_batch(&self, events: &[&NewEvent], outbox: bool) -> StoreResult<Vec<IngestOutcome>> {
+    async fn ingest_batch(&self, events: &[&NewEvent]) -> StoreResult<Vec<IngestOutcome>> {
         type Stored = (String, i64, String, Vec<i64>, Vec<String>, i64);
         let stored: Result<Vec<Stored>, sqlx::Error> = sqlx::query_as(
             "WITH input AS (
@@ -75,12 +71,6 @@ impl PgStore {
                     AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
                   ORDER BY nb.ord, e.id
                  RETURNING id, event_id, endpoint_id, state
-             ), o AS (
-                 INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
-                 SELECT '', '', nb.lane, d.id, 0, false FROM d JOIN numbered nb ON nb.id = d.event_id
-                  WHERE $10 AND d.state = 'pending'
-                  ORDER BY d.id
-                 RETURNING 1
              ), per_event AS (
                  SELECT event_id,
                         array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
@@ -101,7 +91,6 @@ impl PgStore {
         .bind(events.iter().map(|e| e.lane.as_str()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
-        .bind(outbox)
         .fetch_all(&self.pool)
         .await;
         let mut stored: std::collections::HashMap<String, Stored> = match stored {

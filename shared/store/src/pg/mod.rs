@@ -17,13 +17,14 @@ mod turns;
 pub use outbox::{OutboxItem, OutboxRow};
 pub use sweep::Swept;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, postgres::PgListener};
+use tokio_util::sync::CancellationToken;
 
 use super::StoreResult;
 
 /// The channel a dispatcher notifies when it writes outbox rows (a turn it
 /// released), so the relay in the API process publishes them at once.
-pub const OUTBOX_CHANNEL: &str = "webhooks_outbox";
+pub(crate) const OUTBOX_CHANNEL: &str = "webhooks_outbox";
 
 /// Cheap to clone: a handle on the pool.
 #[derive(Debug, Clone)]
@@ -39,9 +40,37 @@ impl PgStore {
         PgStore { pool, written_successes: std::sync::Arc::default() }
     }
 
-    /// The pool, for health checks, migrations and tests.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// Wakes `wake` at each notification on [`OUTBOX_CHANNEL`], until
+    /// `shutdown`; listens again after a lost connection.
+    pub(crate) async fn listen_outbox(&self, wake: std::sync::Arc<tokio::sync::Notify>, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            match PgListener::connect_with(&self.pool).await {
+                Ok(mut listener) => match listener.listen(OUTBOX_CHANNEL).await {
+                    Ok(()) => loop {
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            notified = listener.recv() => match notified {
+                                Ok(_) => wake.notify_one(),
+                                Err(error) => {
+                                    tracing::warn!(%error, "outbox notifications ended; listening again");
+                                    break;
+                                }
+                            },
+                        }
+                    },
+                    Err(error) => tracing::warn!(%error, "cannot listen for outbox notifications"),
+                },
+                Err(error) => tracing::debug!(%error, "cannot connect to listen for outbox notifications"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
     }
 
     pub(super) async fn ping(&self) -> StoreResult<()> {

@@ -45,9 +45,7 @@ impl TryFrom<Row> for ApiKey {
 const COLUMNS: &str = "id, developer_id, kind, prefix, last_4, state, scopes, name, created_at, updated_at";
 
 impl SqliteStore {
-    /// Whether any API key was ever stored: a standalone process that finds
-    /// none is on its first start (or was locked out) and issues one.
-    pub async fn has_api_keys(&self) -> StoreResult<bool> {
+    pub(crate) async fn has_api_keys(&self) -> StoreResult<bool> {
         Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys)").fetch_one(&self.reader).await?)
     }
 

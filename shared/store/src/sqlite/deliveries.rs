@@ -6,7 +6,7 @@ use uuid::{Uuid, fmt::Hyphenated};
 
 use super::{SqliteStore, micros, time};
 use crate::{
-    AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, StoreResult,
+    AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
     health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::DeliveryLog;
@@ -72,15 +72,6 @@ impl SqliteStore {
         }
         record_health(&mut tx, &health::changes(records)).await?;
         tx.commit().await?;
-        Ok(())
-    }
-
-    /// Standalone mode parks through its own queue (`defer`); this is the
-    /// same for each delivery in turn.
-    pub(crate) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
-        for p in parked {
-            self.defer(p.delivery_id, p.generation, p.until, None, None).await?;
-        }
         Ok(())
     }
 

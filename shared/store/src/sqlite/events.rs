@@ -24,11 +24,7 @@ impl SqliteStore {
     /// [`crate::Store::ingest_events`]): one commit, one fsync. The
     /// write lock is held from the first check to the commit, so a key found
     /// free stays free and the counter hands out each sequence once.
-    pub(crate) async fn ingest_events(
-        &self,
-        events: &[&NewEvent],
-        _outbox: bool,
-    ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+    pub(crate) async fn ingest_events(&self, events: &[&NewEvent]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let now = micros(webhooks_model::time::now());
         let mut tx = self.begin().await?;
         let mut outcomes = Vec::with_capacity(events.len());

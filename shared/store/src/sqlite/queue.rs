@@ -68,7 +68,7 @@ impl SqliteStore {
     /// each, and returns what the message of each is made of. A claimed delivery is not
     /// handed out again until its record, [`SqliteStore::defer`] or
     /// [`SqliteStore::release_claims`] releases it.
-    pub async fn claim_due(&self, limit: usize, bulk_limit: usize) -> StoreResult<Vec<DueDelivery>> {
+    pub(crate) async fn claim_due(&self, limit: usize, bulk_limit: usize) -> StoreResult<Vec<DueDelivery>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -121,7 +121,7 @@ impl SqliteStore {
     /// When the next unclaimed delivery falls due (possibly already past), so
     /// the queue can sleep until then; `None` when nothing is waiting. Only
     /// the default lane's unless `bulk` (the bulk lane has slots free).
-    pub async fn next_due_at(&self, bulk: bool) -> StoreResult<Option<DateTime<Utc>>> {
+    pub(crate) async fn next_due_at(&self, bulk: bool) -> StoreResult<Option<DateTime<Utc>>> {
         let next: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT d.next_attempt_at FROM deliveries d
                   WHERE d.state IN ('pending', 'retrying') AND d.claimed = 0 AND d.next_attempt_at IS NOT NULL
@@ -144,7 +144,7 @@ impl SqliteStore {
     /// move the recorded retry time). `pace_ticket` is
     /// the ticket the delivery took in its endpoint's pace, which its next
     /// claim carries.
-    pub async fn defer(
+    pub(crate) async fn defer(
         &self,
         delivery_id: i64,
         generation: Option<i32>,
@@ -170,10 +170,31 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// See [`crate::queue::DeliveryTable::bring_forward`]: the deliveries of
+    /// the endpoint put back without an attempt (`parks > 0`) and not due
+    /// yet.
+    pub(crate) async fn bring_forward(&self, endpoint_id: &str) -> StoreResult<u64> {
+        let now = micros(webhooks_model::time::now());
+        let moved = sqlx::query(
+            "UPDATE deliveries SET next_attempt_at = $2, updated_at = $2
+              WHERE endpoint_id = $1 AND state IN ('pending', 'retrying') AND claimed = 0 AND parks > 0
+                AND next_attempt_at > $2",
+        )
+        .bind(endpoint_id)
+        .bind(now)
+        .execute(&self.writer)
+        .await?
+        .rows_affected();
+        if moved > 0 {
+            self.work.notify_one();
+        }
+        Ok(moved)
+    }
+
     /// Releases every claim; returns how many there were. Called when the
     /// process starts: it holds the data directory alone, so any claim is one
     /// a stopped process left, whose deliveries are due again.
-    pub async fn release_claims(&self) -> StoreResult<u64> {
+    pub(crate) async fn release_claims(&self) -> StoreResult<u64> {
         let released = sqlx::query("UPDATE deliveries SET claimed = 0 WHERE claimed = 1").execute(&self.writer).await?;
         Ok(released.rows_affected())
     }

@@ -634,7 +634,7 @@ async fn data_survives_closing_and_reopening() {
 /// The single-event forms the tests above read best in.
 impl SqliteStore {
     pub(crate) async fn ingest_event(&self, event: &NewEvent) -> StoreResult<IngestOutcome> {
-        self.ingest_events(&[event], true).await?.pop().expect("one outcome per event")
+        self.ingest_events(&[event]).await?.pop().expect("one outcome per event")
     }
 
     async fn retry_standing(

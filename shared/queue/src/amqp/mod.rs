@@ -1,5 +1,9 @@
-//! RabbitMQ: declaring the topology, connecting, and the properties every
-//! message is published with.
+//! RabbitMQ, the queue of the distributed mode: the relay publishes what the
+//! API committed ([`relay`]), dispatchers consume the lanes and settle each
+//! outcome ([`consumer`]), the sweeper queues again what no queue holds
+//! ([`sweeper`]), and operators list and replay dead letters
+//! ([`dead_letters`]). Here: the topology, connections, and the properties
+//! every message is published with.
 //!
 //! ```text
 //! {p}.deliveries, {p}.deliveries.bulk   quorum work queues; dead-letter poison messages to {p}.dead
@@ -19,6 +23,115 @@ use lapin::{
     types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use webhooks_model::{Lane, Topology};
+use webhooks_store::queue::Outbox;
+
+pub mod consumer;
+pub mod dead_letters;
+mod parked;
+pub mod relay;
+mod settle;
+pub mod sweeper;
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{Handler, Settings, metrics::RelayMetrics, recorder::Recorder};
+
+/// Where the broker is and what its queues are named: what the producer
+/// side needs.
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    pub topology: Topology,
+    pub amqp_url: String,
+}
+
+/// Deliveries released per statement when an endpoint recovers.
+const RELEASE_BATCH: i64 = 1000;
+
+/// RabbitMQ beside PostgreSQL's outbox. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    outbox: Outbox,
+    settings: Settings,
+    recorder: Recorder,
+    parked: parked::ParkedWrites,
+}
+
+impl Broker {
+    pub(crate) fn new(outbox: Outbox, settings: Settings, recorder: Recorder, writers: &TaskTracker) -> Broker {
+        let parked = parked::ParkedWrites::spawn(outbox.clone(), writers);
+        Broker { inner: Arc::new(Inner { outbox, settings, recorder, parked }) }
+    }
+
+    /// Broker sessions, one after the other, until `shutdown`.
+    pub(crate) async fn consume<H: Handler>(
+        &self,
+        handler: Arc<H>,
+        ready: watch::Sender<bool>,
+        shutdown: CancellationToken,
+    ) {
+        reconnecting("dispatcher", &shutdown, || consumer::session(self, &handler, &ready, &shutdown)).await;
+    }
+
+    /// Queues again what was set aside behind `endpoint_id`: the endpoint
+    /// answered. Should this fail, the sweeper queues them once due.
+    pub(crate) async fn release_set_aside(&self, endpoint_id: &str) {
+        let mut released = 0;
+        loop {
+            match self.inner.outbox.release_set_aside(endpoint_id, RELEASE_BATCH).await {
+                Ok(n) => {
+                    released += n;
+                    if n < RELEASE_BATCH.unsigned_abs() {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot release the deliveries set aside; the sweeper will");
+                    break;
+                }
+            }
+        }
+        if released > 0 {
+            tracing::info!(
+                released,
+                endpoint_id,
+                "endpoint answers again; deliveries set aside behind it queued again"
+            );
+        }
+    }
+}
+
+/// Starts the relay (and its listener) and the sweeper on `tasks`, and
+/// returns the handle ingest hands first attempts to.
+pub(crate) fn produce(
+    outbox: Outbox,
+    settings: BrokerSettings,
+    metrics: Arc<RelayMetrics>,
+    sweep: sweeper::SweepSettings,
+    tasks: &TaskTracker,
+    shutdown: CancellationToken,
+) -> relay::Publisher {
+    let wake = Arc::new(Notify::new());
+    let (relay, publisher) =
+        relay::Relay::new(outbox.clone(), settings.amqp_url.clone(), settings.topology.clone(), wake.clone(), metrics);
+    let sweeper = sweeper::Sweeper {
+        outbox,
+        amqp_url: settings.amqp_url,
+        topology: settings.topology,
+        settings: sweep,
+        relay_wake: wake,
+    };
+    tasks.spawn(relay.run(shutdown.clone()));
+    tasks.spawn(sweeper.run(shutdown));
+    publisher
+}
 
 /// How many times a delivery message may be handed back (crash, nack) before
 /// the broker moves it to the dead-letter queue.

@@ -1,34 +1,35 @@
-//! The RabbitMQ source: consumes the two work queues (`{p}.deliveries`, and
-//! `{p}.deliveries.bulk` with at most three quarters of the slots) with
-//! manual acks and a prefetch window each, each on a channel of its own,
-//! drops cached endpoints on lifecycle messages, publishes
-//! retries (confirmed) to the retry queue of their delay, and acks only after
-//! the handler recorded the outcome.
+//! The RabbitMQ consumer: the two work queues (`{p}.deliveries`, and
+//! `{p}.deliveries.bulk` with at most three quarters of the slots), each
+//! with manual acks and a prefetch window on a channel of its own; endpoint
+//! changes from the lifecycle exchange; and how each outcome is carried out:
+//! the record committed first, then the ack, the retry or put-back published
+//! (confirmed) to the retry queue of its delay, or the dead letter.
 
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use futures::StreamExt;
 use lapin::{
-    Channel, Confirmation, Consumer,
+    BasicProperties, Channel, Confirmation, Consumer,
     options::{
         BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueueBindOptions,
         QueueDeclareOptions,
     },
-    types::{FieldTable, ShortString},
+    types::{AMQPValue, FieldTable, LongString, ShortString},
 };
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use webhooks_model::{Lane, Topology};
-use webhooks_queue::amqp as broker;
-use webhooks_queue::{DeliveryMessage, Message, message};
+use webhooks_model::Lane;
 use webhooks_store::Parked;
 
-use super::{Handlers, Ticket};
-use crate::{
+use super::{
+    Broker,
     settle::{Fate, Settler},
-    worker::Context,
+};
+use crate::{
+    Delivery, DeliveryMessage, Handler, Message, Outcome, PARK_LIMIT, Ticket, handlers::Handlers, message,
+    put_back_delay,
 };
 
 /// Longest wait for one broker reply (a confirm, a cancel, a close): a broker
@@ -39,11 +40,19 @@ const BROKER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// close its channels; what it could not ack comes back to the queue.
 const LAST_SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a message waits before it goes back to the queue when even a
+/// put-back failed, so a failing dependency is not hammered.
+const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+
+/// The header of a message this service dead-lettered itself: why.
+pub const DEAD_REASON_HEADER: &str = "x-webhooks-dead-reason";
+
 /// What the handlers of one lane's consumer share.
 #[derive(Debug)]
 struct Session {
-    topology: Topology,
-    /// The confirm-mode channel retries are published on.
+    broker: Broker,
+    /// The confirm-mode channel retries, put-backs and dead letters are
+    /// published on.
     publisher: Channel,
     settler: Settler,
 }
@@ -55,7 +64,7 @@ pub struct AmqpTicket {
     session: Arc<Session>,
     /// Handed out before and not acked: its consumer stopped, lost its
     /// connection or requeued it.
-    pub(super) redelivered: bool,
+    pub(crate) redelivered: bool,
     settled: bool,
 }
 
@@ -65,72 +74,113 @@ impl AmqpTicket {
         AmqpTicket { tag: delivery.delivery_tag, session, redelivered: delivery.redelivered, settled: false }
     }
 
-    fn settle(mut self, fate: Fate) {
+    fn fate(mut self, fate: Fate) {
         self.settled = true;
         self.session.settler.settle(self.tag, fate);
     }
 
-    pub(super) fn ack(self) {
-        self.settle(Fate::Ack);
+    /// Carries `outcome` of `message` out (see [`Delivery::settle`]).
+    pub(crate) async fn settle(self, message: DeliveryMessage, outcome: Outcome) -> &'static str {
+        match outcome {
+            Outcome::Dropped { why } => {
+                self.fate(Fate::Ack);
+                why
+            }
+            Outcome::Settled { record, why } => self.record(message, record, why).await,
+            Outcome::Retry { record, next, delay } => match publish(&self.session, &next, delay).await {
+                Ok(()) => self.record(message, record, "retrying").await,
+                Err(error) => {
+                    // The attempt was made: it is recorded, and its delivery,
+                    // due with no message, is queued again by the sweeper.
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "cannot publish the retry; the attempt is recorded and the sweeper queues it again"
+                    );
+                    self.record(message, record, "retry_unpublished").await
+                }
+            },
+            Outcome::PutBack { message, delay, why } => self.put_back(&message, delay, why).await,
+            Outcome::SetAside { message, delay } => {
+                let until = webhooks_model::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+                let aside =
+                    Parked { delivery_id: message.delivery_id, generation: message.generation, until, set_aside: true };
+                if self.session.broker.inner.parked.write(aside).await {
+                    self.fate(Fate::Ack);
+                    return "set_aside";
+                }
+                self.put_back(&message, delay, "deferred").await
+            }
+            Outcome::GiveUp { message, reason } => {
+                tracing::error!(failures = message.failures, reason, "message put back too often; dead-lettered");
+                self.dead_letter(&message::encode_delivery(&message), &reason).await
+            }
+        }
     }
 
-    pub(super) fn requeue(self) {
-        self.settle(Fate::Requeue);
-    }
-
-    pub(super) async fn publish_retry(&self, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
-        publish_retry(&self.session, message, delay).await
-    }
-
-    /// Parks the message in the retry queue for `delay` as a fresh message
-    /// (so deferrals never run up the work queue's delivery limit), moves the
-    /// delivery's due time with it (so the sweeper does not take a parked
-    /// delivery for a stranded one), then acks. `message` is the one to
-    /// publish: it already counts this park.
-    pub(super) async fn defer(
+    /// Commits `record`, then acks. If the commit fails the message is put
+    /// back for another try: a duplicate attempt is possible, a lost one is
+    /// not.
+    async fn record(
         self,
-        context: &Context,
-        message: &DeliveryMessage,
-        delay: Duration,
-        outcome: &'static str,
-    ) {
-        match publish_retry(&self.session, message, delay).await {
+        message: DeliveryMessage,
+        record: webhooks_store::AttemptRecord,
+        why: &'static str,
+    ) -> &'static str {
+        if self.session.broker.inner.recorder.record(record).await.is_ok() {
+            self.fate(Fate::Ack);
+            return why;
+        }
+        self.failed(message, "cannot record the outcome").await
+    }
+
+    /// Something failed (`reason`): the message goes back as a failure, or
+    /// to the dead letters past [`PARK_LIMIT`] such put-backs.
+    async fn failed(self, message: DeliveryMessage, reason: &str) -> &'static str {
+        if message.failures >= PARK_LIMIT {
+            return self.dead_letter(&message::encode_delivery(&message), reason).await;
+        }
+        let delay = put_back_delay(&self.session.broker.inner.settings.retry_schedule, message.parks);
+        self.put_back(&message.put_back(true), delay, "parked").await
+    }
+
+    /// Parks `message` in the retry queue for `delay` as a fresh message (so
+    /// put-backs never run up the work queue's delivery limit), moves the
+    /// delivery's due time with it (so the sweeper does not take a parked
+    /// delivery for a stranded one), then acks.
+    async fn put_back(self, message: &DeliveryMessage, delay: Duration, why: &'static str) -> &'static str {
+        match publish(&self.session, message, delay).await {
             Ok(()) => {
-                let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+                let until = webhooks_model::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
                 let parked = Parked {
                     delivery_id: message.delivery_id,
                     generation: message.generation,
                     until,
                     set_aside: false,
                 };
-                context.parked.write(parked).await;
-                context.metrics.outcome(outcome);
-                self.ack();
+                self.session.broker.inner.parked.write(parked).await;
+                self.fate(Fate::Ack);
+                why
             }
             Err(error) => {
-                tracing::warn!(error = format!("{error:#}"), "cannot defer; the message goes back to the queue");
-                Ticket::Amqp(self).requeue(context).await;
+                tracing::warn!(error = format!("{error:#}"), "cannot put the message back; it goes back to the queue");
+                tokio::time::sleep(REQUEUE_PAUSE).await;
+                self.fate(Fate::Requeue);
+                "requeued"
             }
         }
     }
 
-    /// Sets the message's delivery aside in the store until `delay` from
-    /// now (its endpoint hangs), then acks: nothing carries it until the
-    /// endpoint's next success releases it, or the sweeper finds it due.
-    /// When that cannot be written, it is parked in a retry queue instead.
-    pub(super) async fn set_aside(self, context: &Context, message: &DeliveryMessage, delay: Duration) {
-        let until = chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        let aside = Parked { delivery_id: message.delivery_id, generation: message.generation, until, set_aside: true };
-        if context.parked.write(aside).await {
-            context.metrics.outcome("set_aside");
-            return self.ack();
+    /// Publishes `payload` to `{p}.dead` with `reason`, then acks; should
+    /// that fail, rejects it, and the work queue dead-letters it itself.
+    async fn dead_letter(self, payload: &[u8], reason: &str) -> &'static str {
+        match publish_dead(&self.session, payload, reason).await {
+            Ok(()) => self.fate(Fate::Ack),
+            Err(error) => {
+                tracing::warn!(error = format!("{error:#}"), "cannot publish the dead letter; rejecting it instead");
+                self.fate(Fate::Reject);
+            }
         }
-        self.defer(context, message, delay, "deferred").await;
-    }
-
-    /// Rejects the message, which the work queue dead-letters to `{p}.dead`.
-    pub(super) fn dead_letter(self) {
-        self.settle(Fate::Reject);
+        "dead_lettered"
     }
 }
 
@@ -150,15 +200,17 @@ impl Drop for AmqpTicket {
 /// fails. On shutdown, stop taking messages, finish what is held within the
 /// deadline, and return; unfinished messages go back to the queue when the
 /// channel closes.
-pub async fn session(
-    context: Arc<Context>,
-    topology: &Topology,
+pub(super) async fn session<H: Handler>(
+    broker: &Broker,
+    handler: &Arc<H>,
     broker_up: &watch::Sender<bool>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let connection = broker::connect(&context.common.amqp_url, "webhooks-dispatcher").await.context("connect")?;
+    let settings = &broker.inner.settings;
+    let topology = &settings.topology;
+    let connection = super::connect(&settings.amqp_url, "webhooks-dispatcher").await.context("connect")?;
     let channel = connection.create_channel().await.context("open channel")?;
-    broker::declare(topology, &channel).await.context("declare topology")?;
+    super::declare(topology, &channel).await.context("declare topology")?;
     let publisher = connection.create_channel().await.context("open publish channel")?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
 
@@ -190,14 +242,14 @@ pub async fn session(
         .await
         .context("consume lifecycle")?;
     // Changes may have been missed while disconnected.
-    context.cache.clear();
+    handler.forget_endpoints();
 
-    let mut default = LaneConsumer::start(&connection, &context, topology, &publisher, Lane::Default).await?;
-    let mut bulk = LaneConsumer::start(&connection, &context, topology, &publisher, Lane::Bulk).await?;
+    let mut default = LaneConsumer::start(&connection, broker, &publisher, Lane::Default).await?;
+    let mut bulk = LaneConsumer::start(&connection, broker, &publisher, Lane::Bulk).await?;
     broker_up.send_replace(true);
     tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), "dispatcher consuming");
 
-    let concurrency = context.delivery.dispatcher_concurrency;
+    let concurrency = settings.concurrency;
     let slots = Arc::new(Semaphore::new(concurrency));
     // The bulk lane may hold at most three quarters of the slots: the rest
     // are always there for the default lane.
@@ -210,7 +262,7 @@ pub async fn session(
             biased;
             () = shutdown.cancelled() => break Ok(()),
             change = lifecycle.next() => match change {
-                Some(Ok(message)) => { invalidate(&context, &message.data); continue }
+                Some(Ok(message)) => { changed(handler.as_ref(), &message.data); continue }
                 Some(Err(error)) => break Err(anyhow::Error::new(error).context("lifecycle consumer")),
                 None => break Err(anyhow::anyhow!("lifecycle consumer closed")),
             },
@@ -225,7 +277,7 @@ pub async fn session(
                 biased;
                 () = shutdown.cancelled() => break 'session Ok(()),
                 change = lifecycle.next() => match change {
-                    Some(Ok(message)) => invalidate(&context, &message.data),
+                    Some(Ok(message)) => changed(handler.as_ref(), &message.data),
                     Some(Err(error)) => break 'session Err(anyhow::Error::new(error).context("lifecycle consumer")),
                     None => break 'session Err(anyhow::anyhow!("lifecycle consumer closed")),
                 },
@@ -242,11 +294,22 @@ pub async fn session(
         match next {
             Some(Ok(delivery)) => {
                 let ticket = AmqpTicket::new(&delivery, session.clone());
-                let Some(message) = parse(&context, &delivery.data) else {
-                    ticket.dead_letter();
-                    continue;
-                };
-                handlers.spawn(context.clone(), message, Ticket::Amqp(ticket), (slot, bulk_slot));
+                match message::decode(&delivery.data) {
+                    Ok(Message::Delivery(message)) => {
+                        let delivery = Delivery { message, ticket: Ticket::Broker(ticket) };
+                        handlers.spawn(handler, delivery, (slot, bulk_slot));
+                    }
+                    Ok(Message::EndpointChanged(_)) => {
+                        tracing::error!("an endpoint change on a work queue; dead-lettered");
+                        handler.refused();
+                        ticket.dead_letter(&delivery.data, "an endpoint change on a work queue").await;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, bytes = delivery.data.len(), "message refused; dead-lettered");
+                        handler.refused();
+                        ticket.dead_letter(&delivery.data, &error.to_string()).await;
+                    }
+                }
             }
             Some(Err(error)) => break Err(anyhow::Error::new(error).context(format!("{} consumer", lane.as_str()))),
             None => break Err(anyhow::anyhow!("{} consumer closed", lane.as_str())),
@@ -259,7 +322,7 @@ pub async fn session(
             let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
         }
     }
-    handlers.finish(context.delivery.shutdown_timeout, "their messages go back to the queue").await;
+    handlers.finish(settings.shutdown_timeout, "their messages go back to the queue").await;
     // Send the acks of what finished, then close each channel before the
     // connection: a channel dropped open is closed in the background, which
     // fails (and is logged as a connection error) once the connection closes.
@@ -296,58 +359,41 @@ struct LaneConsumer {
 impl LaneConsumer {
     async fn start(
         connection: &lapin::Connection,
-        context: &Context,
-        topology: &Topology,
+        broker: &Broker,
         publisher: &Channel,
         lane: Lane,
     ) -> anyhow::Result<LaneConsumer> {
+        let prefetch = broker.inner.settings.prefetch;
         let channel =
             connection.create_channel().await.with_context(|| format!("open the {} channel", lane.as_str()))?;
-        channel.basic_qos(context.delivery.dispatcher_prefetch, Default::default()).await.context("qos")?;
+        channel.basic_qos(prefetch, Default::default()).await.context("qos")?;
         let tag: ShortString = format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into();
         let consumer = channel
             .basic_consume(
-                topology.work_queue(lane).as_str().into(),
+                broker.inner.settings.topology.work_queue(lane).as_str().into(),
                 tag.clone(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
             .with_context(|| format!("consume the {} lane", lane.as_str()))?;
-        let (settler, settling) = Settler::start(channel.clone(), context.delivery.dispatcher_prefetch);
-        let session = Arc::new(Session { topology: topology.clone(), publisher: publisher.clone(), settler });
+        let (settler, settling) = Settler::start(channel.clone(), prefetch);
+        let session = Arc::new(Session { broker: broker.clone(), publisher: publisher.clone(), settler });
         Ok(LaneConsumer { channel, consumer, tag, session, settling })
     }
 }
 
-/// The delivery a message asks for; a message that is not one goes to the
-/// dead-letter queue.
-fn parse(context: &Context, data: &[u8]) -> Option<DeliveryMessage> {
-    match message::decode(data) {
-        Ok(Message::Delivery(message)) => Some(message),
-        Ok(Message::EndpointChanged(_)) => {
-            tracing::error!("an endpoint change on a work queue; moved to the dead-letter queue");
-            context.metrics.outcome("dead_lettered");
-            None
-        }
-        Err(error) => {
-            tracing::error!(%error, bytes = data.len(), "unprocessable message; moved to the dead-letter queue");
-            context.metrics.outcome("dead_lettered");
-            None
-        }
-    }
-}
-
-fn invalidate(context: &Context, data: &[u8]) {
+/// Tells `handler` of the endpoint change in `data`.
+fn changed<H: Handler>(handler: &H, data: &[u8]) {
     match message::decode(data) {
         Ok(Message::EndpointChanged(change)) => {
             tracing::debug!(endpoint_id = %change.endpoint_id, change = ?change.change, "endpoint changed");
-            context.cache.invalidate(&change.endpoint_id);
+            handler.endpoint_changed(&change.endpoint_id);
         }
-        Ok(_) => {}
+        Ok(Message::Delivery(_)) => {}
         Err(error) => {
-            tracing::warn!(%error, "unreadable lifecycle message; dropping the whole endpoint cache");
-            context.cache.clear();
+            tracing::warn!(%error, "unreadable lifecycle message; forgetting every endpoint");
+            handler.forget_endpoints();
         }
     }
 }
@@ -355,21 +401,24 @@ fn invalidate(context: &Context, data: &[u8]) {
 /// Publishes a retry; when its queue is gone (deleted by hand, lost by the
 /// broker), declares the topology again and publishes once more, so one lost
 /// queue does not turn every retry into a requeue until the next reconnect.
-async fn publish_retry(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
-    match publish_retry_once(session, message, delay).await {
+async fn publish(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+    match publish_once(session, message, delay).await {
         Err(error) if error.is::<RetryQueueMissing>() => {
             tracing::warn!(error = format!("{error:#}"), "declaring the queues again");
-            broker::declare(&session.topology, &session.publisher).await.context("declare topology")?;
-            publish_retry_once(session, message, delay).await
+            super::declare(&session.broker.inner.settings.topology, &session.publisher)
+                .await
+                .context("declare topology")?;
+            publish_once(session, message, delay).await
         }
         result => result,
     }
 }
 
-async fn publish_retry_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
-    let (queue, wait) = session.topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
+async fn publish_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+    let topology = &session.broker.inner.settings.topology;
+    let (queue, wait) = topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
     let payload = message::encode_delivery(message);
-    let properties = broker::persistent_json().with_expiration(wait.as_millis().to_string().into());
+    let properties = super::persistent_json().with_expiration(wait.as_millis().to_string().into());
     let confirm = session
         .publisher
         .basic_publish(
@@ -396,3 +445,20 @@ async fn publish_retry_once(session: &Session, message: &DeliveryMessage, delay:
 #[derive(Debug, thiserror::Error)]
 #[error("retry queue {0} is missing")]
 struct RetryQueueMissing(String);
+
+/// Publishes `payload` to `{p}.dead` with `reason` in a header, confirmed.
+async fn publish_dead(session: &Session, payload: &[u8], reason: &str) -> anyhow::Result<()> {
+    let mut headers = FieldTable::default();
+    headers.insert(DEAD_REASON_HEADER.into(), AMQPValue::LongString(LongString::from(reason)));
+    let properties: BasicProperties = super::persistent_json().with_headers(headers);
+    let dead = session.broker.inner.settings.topology.dead();
+    let confirm = session
+        .publisher
+        .basic_publish("".into(), dead.as_str().into(), BasicPublishOptions::default(), payload, properties)
+        .await
+        .context("publish dead letter")?;
+    match tokio::time::timeout(BROKER_CALL_TIMEOUT, confirm).await.context("no confirm")?.context("confirm")? {
+        Confirmation::Ack(_) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Nack(_) => anyhow::bail!("broker refused the dead letter"),
+    }
+}

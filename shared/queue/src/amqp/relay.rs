@@ -24,45 +24,12 @@ use lapin::{
     Confirmation, Connection, PublisherConfirm,
     options::{BasicPublishOptions, ConfirmSelectOptions},
 };
-use sqlx::postgres::PgListener;
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use webhooks_model::{Lane, Topology};
-use webhooks_queue::{DeliveryMessage, Message, amqp as broker, message};
-use webhooks_store::pg::{OUTBOX_CHANNEL, OutboxItem, PgStore};
+use webhooks_store::queue::{Outbox, OutboxItem};
 
-use crate::metrics::Metrics;
-
-/// Wakes the relay when another process wrote outbox rows (a dispatcher
-/// that released an ordered endpoint's next delivery) and said so on
-/// [`OUTBOX_CHANNEL`]; the slow scan stays the safety net while it cannot
-/// listen.
-async fn listen(store: PgStore, wake: Arc<Notify>, shutdown: CancellationToken) {
-    while !shutdown.is_cancelled() {
-        match PgListener::connect_with(store.pool()).await {
-            Ok(mut listener) => match listener.listen(OUTBOX_CHANNEL).await {
-                Ok(()) => loop {
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        notified = listener.recv() => match notified {
-                            Ok(_) => wake.notify_one(),
-                            Err(error) => {
-                                tracing::warn!(%error, "outbox notifications ended; listening again");
-                                break;
-                            }
-                        },
-                    }
-                },
-                Err(error) => tracing::warn!(%error, "cannot listen for outbox notifications"),
-            },
-            Err(error) => tracing::debug!(%error, "cannot connect to listen for outbox notifications"),
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(SCAN_EVERY) => {}
-        }
-    }
-}
+use crate::{DeliveryMessage, Message, message, metrics::RelayMetrics};
 
 /// Rows published per round.
 const BATCH: i64 = 500;
@@ -80,11 +47,11 @@ const HANDED_OVER_BATCHES: usize = 1024;
 
 /// A committed delivery's first message, handed to the relay to publish.
 #[derive(Debug, Clone)]
-pub struct Ready {
-    pub delivery_id: i64,
-    pub lane: Lane,
+struct Ready {
+    delivery_id: i64,
+    lane: Lane,
     /// The message, serialised.
-    pub payload: Vec<u8>,
+    payload: Vec<u8>,
 }
 
 /// The ingest writer's handle on the relay.
@@ -93,18 +60,18 @@ pub struct Publisher {
     ready: mpsc::Sender<Vec<Ready>>,
     broker_up: watch::Receiver<bool>,
     /// Where what the relay cannot take goes.
-    outbox: Outbox,
+    unpublished: Unpublished,
 }
 
 /// The outbox, for first attempts that were not published: the relay's
 /// usual path takes them from there.
 #[derive(Debug, Clone)]
-struct Outbox {
-    store: PgStore,
+struct Unpublished {
+    outbox: Outbox,
     wake: Arc<Notify>,
 }
 
-impl Outbox {
+impl Unpublished {
     /// Writes `unpublished` to the outbox and wakes the relay. Should that
     /// fail too (the database is down), the sweeper queues their deliveries
     /// again later.
@@ -113,7 +80,7 @@ impl Outbox {
             return;
         }
         let deliveries: Vec<(i64, Lane)> = unpublished.iter().map(|m| (m.delivery_id, m.lane)).collect();
-        match self.store.outbox_first_attempts(&deliveries).await {
+        match self.outbox.first_attempts(&deliveries).await {
             Ok(()) => {
                 tracing::info!(count = deliveries.len(), "unpublished first attempts written to the outbox");
                 self.wake.notify_one();
@@ -128,34 +95,49 @@ impl Outbox {
 }
 
 impl Publisher {
-    /// Whether the relay holds a working broker channel: if not, queued
-    /// deliveries had better be written to the outbox with their event.
+    /// Whether the relay holds a working broker channel.
     pub fn broker_up(&self) -> bool {
         *self.broker_up.borrow()
     }
 
-    /// Hands committed messages over; when the relay cannot take them (it
-    /// is stopping, or holds too many already), writes them to the outbox.
-    pub async fn hand_over(&self, batch: Vec<Ready>) {
+    /// Wakes the relay: rows were written to the outbox.
+    pub fn wake(&self) {
+        self.unpublished.wake.notify_one();
+    }
+
+    /// Hands committed first attempts over; when the relay cannot take them
+    /// (the broker is down, the relay is stopping or holds too many
+    /// already), writes them to the outbox.
+    pub(crate) async fn hand_over(&self, first_attempts: Vec<DeliveryMessage>) {
+        if first_attempts.is_empty() {
+            return;
+        }
+        let batch: Vec<Ready> = first_attempts
+            .iter()
+            .map(|m| Ready { delivery_id: m.delivery_id, lane: m.lane, payload: message::encode_delivery(m) })
+            .collect();
+        if !self.broker_up() {
+            return self.unpublished.write(batch).await;
+        }
         if let Err(mpsc::error::TrySendError::Full(batch) | mpsc::error::TrySendError::Closed(batch)) =
             self.ready.try_send(batch)
         {
-            self.outbox.write(batch).await;
+            self.unpublished.write(batch).await;
         }
     }
 }
 
 /// What the relay needs.
-pub struct Relay {
-    pub store: PgStore,
-    pub amqp_url: String,
-    pub topology: Topology,
-    pub wake: Arc<Notify>,
-    pub broker_up: watch::Sender<bool>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct Relay {
+    outbox: Outbox,
+    amqp_url: String,
+    topology: Topology,
+    wake: Arc<Notify>,
+    broker_up: watch::Sender<bool>,
+    metrics: Arc<RelayMetrics>,
     /// Messages handed over by the ingest writer.
     ready: Mutex<mpsc::Receiver<Vec<Ready>>>,
-    outbox: Outbox,
+    unpublished: Unpublished,
 }
 
 /// The confirms of one handed-over batch: resolves to the messages the broker
@@ -166,7 +148,7 @@ impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The AMQP URL carries the broker password: shown redacted.
         f.debug_struct("Relay")
-            .field("store", &self.store)
+            .field("outbox", &self.outbox)
             .field("amqp_url", &webhooks_config::redacted_url(&self.amqp_url))
             .field("topology", &self.topology)
             .field("broker_up", &self.broker_up)
@@ -176,34 +158,37 @@ impl std::fmt::Debug for Relay {
 
 impl Relay {
     /// A relay, and the handle the ingest writer hands it messages with.
-    pub fn new(
-        store: PgStore,
+    pub(crate) fn new(
+        outbox: Outbox,
         amqp_url: String,
         topology: Topology,
         wake: Arc<Notify>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RelayMetrics>,
     ) -> (Relay, Publisher) {
         let (broker_up, broker_up_rx) = watch::channel(false);
         let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
-        let outbox = Outbox { store: store.clone(), wake: wake.clone() };
+        let unpublished = Unpublished { outbox: outbox.clone(), wake: wake.clone() };
         let relay = Relay {
-            store,
+            outbox,
             amqp_url,
             topology,
             wake,
             broker_up,
             metrics,
             ready: Mutex::new(ready),
-            outbox: outbox.clone(),
+            unpublished: unpublished.clone(),
         };
-        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx, outbox })
+        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx, unpublished })
     }
 
     /// Runs until `shutdown`; then publishes what is already committed, within
     /// a short deadline, so a clean stop leaves nothing behind needlessly.
-    pub async fn run(self, shutdown: CancellationToken) {
-        let listening = tokio::spawn(listen(self.store.clone(), self.wake.clone(), shutdown.clone()));
-        broker::reconnecting("outbox relay", &shutdown, || async {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let listening = {
+            let (outbox, wake, shutdown) = (self.outbox.clone(), self.wake.clone(), shutdown.clone());
+            tokio::spawn(async move { outbox.notify_writes(wake, shutdown).await })
+        };
+        super::reconnecting("outbox relay", &shutdown, || async {
             let result = self.session(&shutdown).await;
             self.broker_up.send_replace(false);
             result
@@ -217,15 +202,15 @@ impl Relay {
         while let Ok(batch) = ready.try_recv() {
             left.extend(batch);
         }
-        self.outbox.write(left).await;
+        self.unpublished.write(left).await;
         let _ = listening.await;
     }
 
     async fn session(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let connection = broker::connect(&self.amqp_url, "webhooks-api outbox relay").await.context("connect")?;
+        let connection = super::connect(&self.amqp_url, "webhooks-api outbox relay").await.context("connect")?;
         let channel = connection.create_channel().await.context("open channel")?;
         channel.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
-        broker::declare(&self.topology, &channel).await.context("declare topology")?;
+        super::declare(&self.topology, &channel).await.context("declare topology")?;
         self.broker_up.send_replace(true);
         tracing::info!("outbox relay connected to the broker");
 
@@ -235,7 +220,7 @@ impl Relay {
         // Whatever way the session ends, the confirms under way come in (or
         // fail with the channel) and what was not confirmed goes to the outbox.
         while let Some(unconfirmed) = confirming.next().await {
-            self.outbox.write(unconfirmed).await;
+            self.unpublished.write(unconfirmed).await;
         }
         if result.is_ok() {
             let _ = tokio::time::timeout(CONFIRM_TIMEOUT, connection.close(200, "shutdown".into())).await;
@@ -278,7 +263,7 @@ impl Relay {
             }
             tokio::select! {
                 Some(batch) = ready.recv() => self.publish_ready(channel, batch, confirming).await?,
-                Some(unconfirmed) = confirming.next() => self.outbox.write(unconfirmed).await,
+                Some(unconfirmed) = confirming.next() => self.unpublished.write(unconfirmed).await,
                 () = self.wake.notified() => read_outbox = true,
                 _ = scan.tick() => {
                     anyhow::ensure!(connection.status().connected(), "connection closed");
@@ -313,7 +298,7 @@ impl Relay {
                     queue.as_str().into(),
                     BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
                     &message.payload,
-                    broker::persistent_json(),
+                    super::persistent_json(),
                 )
                 .await;
             match published {
@@ -350,7 +335,7 @@ impl Relay {
             Some(error) => {
                 // The future still settles what was published before.
                 let unconfirmed = confirmed.await;
-                self.outbox.write(unconfirmed).await;
+                self.unpublished.write(unconfirmed).await;
                 Err(anyhow::Error::new(error).context("publish"))
             }
         }
@@ -360,7 +345,7 @@ impl Relay {
     /// broker refused are given back, and tried again at the next wake or
     /// scan).
     async fn publish_batch(&self, channel: &lapin::Channel) -> anyhow::Result<usize> {
-        let rows = self.store.claim_outbox(BATCH, CLAIM_FOR).await.context("read outbox")?;
+        let rows = self.outbox.claim(BATCH, CLAIM_FOR).await.context("read outbox")?;
         self.metrics.outbox_backlog.set(i64::try_from(rows.len()).unwrap_or(i64::MAX));
         if rows.is_empty() {
             return Ok(0);
@@ -396,7 +381,7 @@ impl Relay {
                     routing_key.as_str().into(),
                     options,
                     &payload,
-                    broker::persistent_json(),
+                    super::persistent_json(),
                 )
                 .await
                 .context("publish")?;
@@ -418,8 +403,8 @@ impl Relay {
                 }
             }
         }
-        self.store.delete_outbox(&done).await.context("delete outbox rows")?;
-        self.store.release_outbox(&refused).await.context("release outbox rows")?;
+        self.outbox.delete(&done).await.context("delete outbox rows")?;
+        self.outbox.release(&refused).await.context("release outbox rows")?;
         let published = done.len() - dropped;
         self.metrics.outbox_published.inc_by(u64::try_from(published).unwrap_or(0));
         Ok(claimed)

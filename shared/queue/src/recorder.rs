@@ -21,14 +21,14 @@ const FULL_ENOUGH: usize = 64;
 
 /// Hands records to the writer task.
 #[derive(Debug, Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     batcher: Batcher<AttemptRecord, Result<(), ()>>,
 }
 
 impl Recorder {
     /// Starts the writer; it stops once every `Recorder` handle is dropped and
     /// the queue is drained.
-    pub fn spawn(store: Store, tasks: &tokio_util::task::TaskTracker) -> Recorder {
+    pub(crate) fn spawn(store: Store, tasks: &tokio_util::task::TaskTracker) -> Recorder {
         let batching = Batching { max: MAX_BATCH, linger: Some((LINGER, FULL_ENOUGH)) };
         let batcher = Batcher::spawn(batching, tasks, move |records| {
             let store = store.clone();
@@ -39,7 +39,7 @@ impl Recorder {
 
     /// Records one outcome; `Err` when it could not be committed, in which
     /// case the caller hands its message back.
-    pub async fn record(&self, record: AttemptRecord) -> Result<(), ()> {
+    pub(crate) async fn record(&self, record: AttemptRecord) -> Result<(), ()> {
         self.batcher.submit(record).await.unwrap_or(Err(()))
     }
 }

@@ -10,8 +10,7 @@ use lapin::options::QueueDeclareOptions;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use webhooks_model::{Lane, Topology};
-use webhooks_queue::amqp as broker;
-use webhooks_store::pg::{PgStore, Swept};
+use webhooks_store::queue::{Outbox, Swept};
 
 /// Deliveries swept per statement.
 const BATCH: i64 = 500;
@@ -20,30 +19,37 @@ const ROUND: usize = 40;
 /// Sweeps without an attempt in between after which a delivery is failed.
 pub const SWEEP_LIMIT: i32 = 5;
 
-/// What the sweeper needs.
-pub struct Sweeper {
-    pub store: PgStore,
-    pub amqp_url: String,
-    pub topology: Topology,
+/// How the sweeper runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSettings {
+    /// `SWEEP_INTERVAL`: how often it looks.
     pub interval: Duration,
+}
+
+/// What the sweeper needs.
+pub(crate) struct Sweeper {
+    pub(crate) outbox: Outbox,
+    pub(crate) amqp_url: String,
+    pub(crate) topology: Topology,
+    pub(crate) settings: SweepSettings,
     /// Wakes the relay once something was queued.
-    pub relay_wake: Arc<Notify>,
+    pub(crate) relay_wake: Arc<Notify>,
 }
 
 impl std::fmt::Debug for Sweeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sweeper").field("interval", &self.interval).finish_non_exhaustive()
+        f.debug_struct("Sweeper").field("settings", &self.settings).finish_non_exhaustive()
     }
 }
 
 impl Sweeper {
     /// Sweeps every `interval` until `shutdown`, the first time one interval
     /// after the start (a process that just started has no view of the queue).
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(self.interval) => {}
+                () = tokio::time::sleep(self.settings.interval) => {}
             }
             // Whatever the queues hold: a turn no settling handed on is
             // stranded however long the queues are.
@@ -70,7 +76,7 @@ impl Sweeper {
     /// deliveries that look stranded, so a round sweeps only when both are
     /// empty.
     async fn work_queue_depth(&self) -> anyhow::Result<u32> {
-        let connection = broker::connect(&self.amqp_url, "webhooks-api sweeper").await?;
+        let connection = super::connect(&self.amqp_url, "webhooks-api sweeper").await?;
         let channel = connection.create_channel().await?;
         let mut depth = 0;
         for lane in [Lane::Default, Lane::Bulk] {
@@ -98,7 +104,7 @@ impl Sweeper {
     async fn round(&self, stranded: bool) {
         let mut total = Swept::default();
         for _ in 0..ROUND {
-            match self.store.sweep_stranded(self.interval, BATCH, SWEEP_LIMIT, stranded).await {
+            match self.outbox.sweep_stranded(self.settings.interval, BATCH, SWEEP_LIMIT, stranded).await {
                 Ok(swept) => {
                     total.queued += swept.queued;
                     total.returned += swept.returned;
@@ -131,7 +137,7 @@ impl Sweeper {
     /// delivery the sweeper failed, one cancelled by narrowed categories, an
     /// endpoint switched to ordered while a delivery was in flight).
     async fn release_turns(&self) {
-        match self.store.release_stalled_turns(BATCH).await {
+        match self.outbox.release_stalled_turns(BATCH).await {
             Ok(0) => {}
             Ok(released) => {
                 self.relay_wake.notify_one();

@@ -1,7 +1,8 @@
-//! `webhooks-api dead-letters list|replay`: what `{p}.dead` holds, and putting
-//! it back on the work queue. Messages land there when a dispatcher gave up
-//! on them (parked `PARK_LIMIT` times, handed back `DELIVERY_LIMIT` times, or
-//! unreadable). Their deliveries stay owed in the database, so the sweeper
+//! What `{p}.dead` holds, and putting it back on the work queue (the
+//! operator's `webhooks-api dead-letters list|replay`). Messages land there
+//! when a dispatcher gave up on them (put back `PARK_LIMIT` times for a
+//! failure, handed back `DELIVERY_LIMIT` times, unreadable, or of a version
+//! it does not know). Their deliveries stay owed in the database, so the sweeper
 //! queues them again in any case; replay is for not waiting, or after fixing
 //! the cause. A replayed message whose delivery moved on meanwhile is dropped
 //! unsent by the dispatcher (it checks the generation), so replay never sends
@@ -14,10 +15,11 @@ use lapin::{
     types::{AMQPValue, FieldTable},
 };
 use serde::Serialize;
-use webhooks_config::CommonConfig;
 use webhooks_model::{Lane, Topology};
-use webhooks_queue::{
-    Message, amqp as broker,
+
+use super::consumer::DEAD_REASON_HEADER;
+use crate::{
+    Message,
     message::{decode, encode_delivery},
 };
 
@@ -32,8 +34,9 @@ pub struct DeadLetter {
     pub parks: Option<u32>,
     /// Of those, parks for a failure.
     pub failures: Option<u32>,
-    /// Why the broker dead-lettered it (`rejected`, `delivery_limit`, …) and
-    /// from which queue, from its `x-death` header.
+    /// Why it was dead-lettered: the dispatcher's own reason, or the
+    /// broker's (`rejected`, `delivery_limit`, …) from its `x-death` header,
+    /// with the queue it came from.
     pub reason: Option<String>,
     pub queue: Option<String>,
     /// When it was dead-lettered, in seconds since the epoch.
@@ -47,7 +50,12 @@ impl DeadLetter {
             Ok(Message::Delivery(message)) => Some(message),
             _ => None,
         };
-        let death = properties.headers().as_ref().and_then(first_death);
+        let headers = properties.headers().as_ref();
+        let own_reason = match headers.and_then(|h| h.inner().get(DEAD_REASON_HEADER)) {
+            Some(AMQPValue::LongString(value)) => Some(value.to_string()),
+            _ => None,
+        };
+        let death = headers.and_then(first_death);
         let text = |key: &str| match death.as_ref().and_then(|d| d.inner().get(key)) {
             Some(AMQPValue::LongString(value)) => Some(value.to_string()),
             Some(AMQPValue::ShortString(value)) => Some(value.to_string()),
@@ -64,7 +72,7 @@ impl DeadLetter {
             attempt: delivery.as_ref().map(|m| m.attempt),
             parks: delivery.as_ref().map(|m| m.parks),
             failures: delivery.as_ref().map(|m| m.failures),
-            reason: text("reason"),
+            reason: own_reason.or_else(|| text("reason")),
             queue: text("queue"),
             dead_since,
             bytes: data.len(),
@@ -72,7 +80,7 @@ impl DeadLetter {
     }
 
     /// One line for people.
-    fn line(&self) -> String {
+    pub fn line(&self) -> String {
         let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
         match self.delivery_id {
             Some(id) => format!(
@@ -106,19 +114,18 @@ fn first_death(headers: &FieldTable) -> Option<FieldTable> {
     }
 }
 
-async fn open(common: &CommonConfig) -> anyhow::Result<(lapin::Connection, Channel, Topology)> {
-    let connection = broker::connect(&common.amqp_url, "webhooks-api dead-letters")
+async fn open(amqp_url: &str, topology: &Topology) -> anyhow::Result<(lapin::Connection, Channel)> {
+    let connection = super::connect(amqp_url, "webhooks-api dead-letters")
         .await
         .context("connect to RabbitMQ (AMQP_URL); dead letters exist in the distributed mode only")?;
     let channel = connection.create_channel().await?;
-    let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
-    broker::declare(&topology, &channel).await.context("declare the queues")?;
-    Ok((connection, channel, topology))
+    super::declare(topology, &channel).await.context("declare the queues")?;
+    Ok((connection, channel))
 }
 
 /// Up to `limit` messages of `{p}.dead`, oldest first; they stay there.
-pub async fn list(common: &CommonConfig, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
-    let (connection, channel, topology) = open(common).await?;
+pub async fn list(amqp_url: &str, topology: &Topology, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
+    let (connection, channel) = open(amqp_url, topology).await?;
     let mut listed = Vec::new();
     // Each message is held unacknowledged until the channel closes, so the
     // next get returns the next one; closing hands them all back.
@@ -147,11 +154,12 @@ pub struct Replayed {
 /// duplicates at most one message and loses none. `progress` is called after
 /// each message.
 pub async fn replay(
-    common: &CommonConfig,
+    amqp_url: &str,
+    topology: &Topology,
     limit: usize,
     mut progress: impl FnMut(&Replayed),
 ) -> anyhow::Result<Replayed> {
-    let (connection, channel, topology) = open(common).await?;
+    let (connection, channel) = open(amqp_url, topology).await?;
     let publisher = connection.create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
     let mut done = Replayed::default();
@@ -171,7 +179,7 @@ pub async fn replay(
                 topology.work_queue(Lane::Bulk).as_str().into(),
                 BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
                 &payload,
-                broker::persistent_json(),
+                super::persistent_json(),
             )
             .await?
             .await?;
@@ -186,17 +194,4 @@ pub async fn replay(
     let _ = channel.close(200, "replayed".into()).await;
     let _ = connection.close(200, "bye".into()).await;
     Ok(done)
-}
-
-/// Prints `listed` for people, or as a JSON array.
-pub fn render_list(listed: &[DeadLetter], json: bool) -> String {
-    if json {
-        return format!("{}\n", serde_json::to_string(listed).unwrap_or_default());
-    }
-    if listed.is_empty() {
-        return "no dead letters\n".into();
-    }
-    let mut out: String = listed.iter().map(|d| format!("{}\n", d.line())).collect();
-    out.push_str(&format!("{} dead letter(s)\n", listed.len()));
-    out
 }

@@ -1,0 +1,168 @@
+//! What the store keeps for the queue of its deployment, beside [`Store`]:
+//!
+//! - [`Outbox`] (PostgreSQL): the transactional outbox the relay publishes
+//!   to RabbitMQ, the due times of messages parked in the broker, deliveries
+//!   set aside with no message at all, and the sweeps that queue again what
+//!   no queue holds;
+//! - [`DeliveryTable`] (SQLite): the deliveries table, which is itself the
+//!   queue of standalone mode.
+//!
+//! Only the queue (`webhooks-queue`) works with these; everything else goes
+//! through [`Store`].
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, broadcast};
+use tokio_util::sync::CancellationToken;
+use webhooks_model::{EndpointChanged, Lane};
+
+use crate::{
+    DueDelivery, Parked, Store, StoreResult,
+    pg::{self, PgStore},
+    sqlite::SqliteStore,
+};
+
+pub use pg::{OutboxItem, OutboxRow, Swept};
+
+/// The store's side of the queue of this deployment.
+#[derive(Debug, Clone)]
+pub enum QueueStore {
+    /// PostgreSQL: RabbitMQ carries the messages.
+    Outbox(Outbox),
+    /// SQLite: the deliveries table is the queue.
+    Table(DeliveryTable),
+}
+
+/// The broker's queue as the PostgreSQL store keeps it.
+#[derive(Debug, Clone)]
+pub struct Outbox(PgStore);
+
+/// The queue of standalone mode: the SQLite store's deliveries table.
+#[derive(Debug, Clone)]
+pub struct DeliveryTable(SqliteStore);
+
+impl Store {
+    pub(crate) fn postgres(store: PgStore) -> (Store, QueueStore) {
+        let queue = QueueStore::Outbox(Outbox(store.clone()));
+        (Store { backend: crate::Backend::Postgres(store) }, queue)
+    }
+
+    pub(crate) fn sqlite(store: SqliteStore) -> (Store, QueueStore) {
+        let queue = QueueStore::Table(DeliveryTable(store.clone()));
+        (Store { backend: crate::Backend::Sqlite(store) }, queue)
+    }
+}
+
+impl Outbox {
+    /// Claims up to `limit` of the oldest unclaimed rows for `lease` (rows
+    /// another relay claimed are skipped until its claim lapses) and returns
+    /// what each announces. Delete them once published, or release them.
+    pub async fn claim(&self, limit: i64, lease: Duration) -> StoreResult<Vec<OutboxRow>> {
+        self.0.claim_outbox(limit, lease).await
+    }
+
+    /// Deletes rows that were published (or announce nothing any more).
+    pub async fn delete(&self, ids: &[i64]) -> StoreResult<()> {
+        self.0.delete_outbox(ids).await
+    }
+
+    /// Gives claimed rows back at once, for the next round to try again.
+    pub async fn release(&self, ids: &[i64]) -> StoreResult<()> {
+        self.0.release_outbox(ids).await
+    }
+
+    /// Writes rows for first attempts that the relay could not publish,
+    /// unless their delivery has moved on since or has a row already.
+    pub async fn first_attempts(&self, deliveries: &[(i64, Lane)]) -> StoreResult<()> {
+        self.0.outbox_first_attempts(deliveries).await
+    }
+
+    /// Wakes `wake` whenever another process wrote outbox rows and said so
+    /// (a dispatcher that handed an ordered endpoint's turn on), until
+    /// `shutdown`; the relay's slow scan stays the safety net while it cannot
+    /// listen.
+    pub async fn notify_writes(&self, wake: Arc<Notify>, shutdown: CancellationToken) {
+        self.0.listen_outbox(wake, shutdown).await;
+    }
+
+    /// Moves the due times of deliveries whose messages were parked in the
+    /// broker's retry queues, or set aside with no message at all
+    /// (`Parked::set_aside`), in one statement.
+    pub async fn park(&self, parked: &[Parked]) -> StoreResult<()> {
+        self.0.defer_parked(parked).await
+    }
+
+    /// Queues again up to `batch` deliveries set aside behind `endpoint_id`,
+    /// in event order, each under a new generation: the endpoint answered
+    /// again. Returns how many.
+    pub async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
+        self.0.release_set_aside(endpoint_id, batch).await
+    }
+
+    /// Queues again up to `batch` deliveries that are due and that no queue
+    /// holds (see `pg/sweep.rs`).
+    pub async fn sweep_stranded(
+        &self,
+        older_than: Duration,
+        batch: i64,
+        limit: i32,
+        stranded: bool,
+    ) -> StoreResult<Swept> {
+        self.0.sweep_stranded(older_than, batch, limit, stranded).await
+    }
+
+    /// Hands on the turns of ordered endpoints that no settling handed on.
+    pub async fn release_stalled_turns(&self, batch: i64) -> StoreResult<u64> {
+        self.0.release_stalled_turns(batch).await
+    }
+}
+
+impl DeliveryTable {
+    /// Claims up to `limit` due deliveries, those of the default lane first
+    /// and at most `bulk_limit` of the bulk lane.
+    pub async fn claim_due(&self, limit: usize, bulk_limit: usize) -> StoreResult<Vec<DueDelivery>> {
+        self.0.claim_due(limit, bulk_limit).await
+    }
+
+    /// When the next unclaimed delivery falls due; only the default lane's
+    /// unless `bulk`.
+    pub async fn next_due_at(&self, bulk: bool) -> StoreResult<Option<DateTime<Utc>>> {
+        self.0.next_due_at(bulk).await
+    }
+
+    /// Puts a claimed delivery back, due at `until`, without counting an
+    /// attempt; `parks` and `pace_ticket` are kept for its next claim (`None`
+    /// keeps the stored ones).
+    pub async fn put_back(
+        &self,
+        delivery_id: i64,
+        generation: Option<i32>,
+        until: DateTime<Utc>,
+        parks: Option<(u32, u32)>,
+        pace_ticket: Option<i64>,
+    ) -> StoreResult<()> {
+        self.0.defer(delivery_id, generation, until, parks, pace_ticket).await
+    }
+
+    /// Makes the deliveries of `endpoint_id` that were put back for a while
+    /// due now: the endpoint answered again. Returns how many.
+    pub async fn bring_forward(&self, endpoint_id: &str) -> StoreResult<u64> {
+        self.0.bring_forward(endpoint_id).await
+    }
+
+    /// Releases every claim: the process that held them stopped.
+    pub async fn release_claims(&self) -> StoreResult<u64> {
+        self.0.release_claims().await
+    }
+
+    /// Notified after every commit that made a delivery due now.
+    pub fn work(&self) -> Arc<Notify> {
+        self.0.work()
+    }
+
+    /// Every endpoint change, once committed.
+    pub fn changes(&self) -> broadcast::Receiver<EndpointChanged> {
+        self.0.changes()
+    }
+}
