@@ -89,11 +89,20 @@ pub struct Config {
     #[arg(long, env = "RETENTION_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub retention_interval: Duration,
 
-    /// Distributed mode: how often the sweeper looks for deliveries that are
-    /// due but that no queue holds, and how long past due they must be; it
-    /// queues them again (README, "Nothing stranded, nothing looping").
+    /// Distributed mode: a delivery that is due but that no queue holds is
+    /// queued again within two of these; also how often the stalled turns of
+    /// ordered endpoints are walked and the queue's gauges refreshed.
     #[arg(long, env = "SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+
+    /// Faults a test injects; all off otherwise.
+    #[arg(skip)]
+    pub faults: webhooks_queue::Faults,
+
+    /// Distributed mode: deliveries (or ordered endpoints) the sweeper
+    /// handles per statement.
+    #[arg(long, env = "SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u16).range(1..))]
+    pub sweep_batch: u16,
 
     /// How long a replaced key keeps signing beside the new one after a
     /// rotation or a scheme change (both signatures in every delivery); then
@@ -179,12 +188,15 @@ impl Config {
         if self.rate_limit_per_second > 0 && self.rate_limit_burst == 0 {
             return Err("RATE_LIMIT_BURST must be at least 1 while RATE_LIMIT_PER_SECOND is set".into());
         }
-        // A sweep re-arms deliveries due for longer than SWEEP_INTERVAL: that
-        // must lie past any attempt in flight and past the age below which a
-        // dispatcher trusts a first attempt without reading its delivery.
-        if self.sweep_interval < MIN_SWEEP_INTERVAL || self.sweep_interval <= self.common.delivery_timeout {
+        // Two intervals must hold an attempt in flight and a sweep period,
+        // and lie past the age below which a dispatcher trusts a first
+        // attempt without reading its delivery.
+        if self.sweep_interval < MIN_SWEEP_INTERVAL
+            || self.sweep_interval < self.common.delivery_timeout + Duration::from_secs(5)
+        {
             return Err(format!(
-                "SWEEP_INTERVAL ({:?}) must be at least {MIN_SWEEP_INTERVAL:?} and longer than DELIVERY_TIMEOUT ({:?})",
+                "SWEEP_INTERVAL ({:?}) must be at least {MIN_SWEEP_INTERVAL:?} and at least 5s longer than \
+                 DELIVERY_TIMEOUT ({:?})",
                 self.sweep_interval, self.common.delivery_timeout
             ));
         }

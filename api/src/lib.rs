@@ -129,10 +129,19 @@ async fn serve(
     // Delivery that stops with an error stops the process: accepting events
     // that nothing delivers would only look healthy.
     let fatal: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
-    let broker = webhooks_queue::amqp::BrokerSettings { topology: topology.clone(), amqp_url: common.amqp_url.clone() };
-    let sweep = webhooks_queue::amqp::sweeper::SweepSettings { interval: config.sweep_interval };
-    let producer =
-        Producer::start(queue_store.clone(), broker, metrics.relay.clone(), sweep, &tasks, background.clone());
+    let broker = webhooks_queue::amqp::BrokerSettings {
+        topology: topology.clone(),
+        amqp_url: common.amqp_url.clone(),
+        faults: config.faults.clone(),
+    };
+    let sweep = webhooks_queue::amqp::sweeper::SweepSettings {
+        interval: config.sweep_interval,
+        batch: i64::from(config.sweep_batch),
+        // A dispatcher holds a message for its slot and pace waits (about
+        // 2.5 s at most), the attempt and the record.
+        in_flight: common.delivery_timeout + Duration::from_secs(3),
+    };
+    let producer = Producer::start(queue_store.clone(), broker, &metrics.queue, sweep, &tasks, background.clone());
     let delivery_metrics = match &mode {
         Mode::Distributed | Mode::Standalone(None) => None,
         Mode::Standalone(Some(delivery)) => {

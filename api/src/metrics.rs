@@ -1,6 +1,6 @@
 //! Prometheus metrics of the API: requests by route and status, and latency.
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -39,8 +39,9 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    /// The relay's counters (distributed mode).
-    pub relay: Arc<webhooks_queue::metrics::RelayMetrics>,
+    /// The queue's producer side: the relay and the sweeper (distributed
+    /// mode).
+    pub queue: webhooks_queue::metrics::QueueMetrics,
     /// Events accepted on `/internal/events`.
     pub events_accepted: Counter,
     /// Events per ingest transaction.
@@ -53,15 +54,15 @@ impl Metrics {
         let mut registry = Registry::with_prefix("webhooks_api");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let relay = Arc::new(webhooks_queue::metrics::RelayMetrics::default());
+        let queue = webhooks_queue::metrics::QueueMetrics::default();
         let events_accepted = Counter::default();
         let ingest_batch_size = Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]);
         registry.register("http_requests", "HTTP requests by route, method and status", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency by route", latency.clone());
-        relay.register(&mut registry);
+        queue.register(&mut registry);
         registry.register("events_accepted", "Events accepted for delivery", events_accepted.clone());
         registry.register("ingest_batch_size", "Events stored per ingest transaction", ingest_batch_size.clone());
-        Metrics { registry, requests, latency, relay, events_accepted, ingest_batch_size }
+        Metrics { registry, requests, latency, queue, events_accepted, ingest_batch_size }
     }
 
     /// The Prometheus text exposition.

@@ -290,7 +290,7 @@ impl Stack {
                     // The sweeper is the net for a message the broker lost
                     // (README, "Nothing stranded"): at its shortest, so that
                     // what it catches arrives within a run's settle time.
-                    ("SWEEP_INTERVAL".into(), "10s".into()),
+                    ("SWEEP_INTERVAL".into(), "15s".into()),
                 ]);
                 database = Some(created);
             }

@@ -17,15 +17,16 @@ use lapin::{
 };
 use serde_json::Value;
 use tests::{ApiOptions, DeveloperKey, Reply, TestApi, WAIT};
+use webhooks_model::Lane;
 use webhooks_queue::DeliveryMessage;
 use webhooks_queue::amqp as broker;
 
-/// The shortest sweep interval the API takes.
-const SWEEP: &str = "10s";
+/// The shortest sweep interval the API takes with the default
+/// `DELIVERY_TIMEOUT` (10 s).
+const SWEEP: &str = "15s";
 
 /// Long enough for a sweep to find a stranded delivery and for it to arrive:
-/// two sweep intervals (a delivery must be due for one, and the round that
-/// sees it comes within another), plus the retry delay, plus slack.
+/// two sweep intervals, plus the retry delay, plus slack.
 const SWEPT_WITHIN: Duration = Duration::from_secs(60);
 
 fn options(retry_schedule: &str, sweep: bool) -> ApiOptions {
@@ -317,13 +318,14 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
     let events = ingest_many(&api, key.developer_id(), "transfer", 50, 4).await;
     let store = api.outbox().clone();
     let pool = api.pool().clone();
-    let owed = Duration::from_secs(10);
+    // Everything due before now has been handed out of the default lane.
+    let owed = chrono::Utc::now();
 
     // Four sweepers at once, as four API processes: each delivery once.
     strand_all(&api).await;
-    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(owed, 7, 5, true))).await;
+    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(Lane::Default, owed, 7, 5))).await;
     let mut queued: u64 = sweeps.iter().map(|s| s.as_ref().unwrap().queued).sum();
-    while let swept = store.sweep_stranded(owed, 500, 5, true).await.unwrap()
+    while let swept = store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap()
         && swept.queued > 0
     {
         queued += swept.queued;
@@ -338,16 +340,21 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
     let generations: Vec<i32> =
         sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(&pool).await.unwrap();
     assert_eq!(generations, [1], "each moved to a new generation once");
-    // Nothing is due any more: a sweep right after finds nothing.
-    assert_eq!(store.sweep_stranded(owed, 500, 5, true).await.unwrap().queued, 0);
+    // Nothing is due any more: a sweep right after finds nothing. What a
+    // sweep queues again waits in its own lane.
+    for lane in [Lane::Default, Lane::Bulk] {
+        assert_eq!(store.sweep_stranded(lane, owed, 500, 5).await.unwrap().queued, 0);
+    }
+    let lanes: Vec<String> = sqlx::query_scalar("SELECT DISTINCT lane FROM deliveries").fetch_all(&pool).await.unwrap();
+    assert_eq!(lanes, ["default"]);
 
     // Swept four more times in vain (five in all), the sixth sweep gives up.
     for _ in 0..4 {
         strand_all(&api).await;
-        assert_eq!(store.sweep_stranded(owed, 500, 5, true).await.unwrap().queued, 50);
+        assert_eq!(store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap().queued, 50);
     }
     strand_all(&api).await;
-    let last = store.sweep_stranded(owed, 500, 5, true).await.unwrap();
+    let last = store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap();
     assert_eq!((last.queued, last.failed), (0, 50));
     assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "failed deliveries are not upcoming");
     let entries = logs(&api, &key, &endpoint, "?limit=100").await;
@@ -391,26 +398,113 @@ async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it()
         .execute(pool)
         .await
         .unwrap();
-    let margin = Duration::from_secs(600);
-    // Set-aside deliveries are swept even while the work queues hold a
-    // backlog (`stranded` false).
-    let swept = store.sweep_stranded(margin, 100, 5, false).await.unwrap();
+    // Set-aside deliveries are swept once due, whatever the lanes' progress.
+    let swept = store.sweep_set_aside(100).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 1, 0));
     assert_eq!(state().await, (1, 5, false), "a new generation, the sweeps as they were");
     let queued: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox WHERE generation = 1").fetch_one(pool).await.unwrap();
     assert_eq!(queued, 1, "a message of the new generation is on its way");
 
-    // The same delivery, not set aside: stranded only past the margin, and
-    // failed at the limit.
+    // The same delivery, not set aside (and now in the bulk lane): stranded
+    // only once its lane's watermark is past it, and failed at the limit.
     sqlx::query("DELETE FROM outbox").execute(pool).await.unwrap();
     sqlx::query("UPDATE deliveries SET next_attempt_at = now() - interval '1 second'").execute(pool).await.unwrap();
-    let swept = store.sweep_stranded(margin, 100, 5, true).await.unwrap();
-    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "within the margin");
-    let swept = store.sweep_stranded(Duration::ZERO, 100, 5, false).await.unwrap();
-    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "not while the queues hold a backlog");
-    let swept = store.sweep_stranded(Duration::ZERO, 100, 5, true).await.unwrap();
+    let behind = chrono::Utc::now() - chrono::Duration::minutes(10);
+    let swept = store.sweep_stranded(Lane::Bulk, behind, 100, 5).await.unwrap();
+    assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "behind the lane's watermark");
+    assert_eq!(store.sweep_set_aside(100).await.unwrap(), Default::default(), "not set aside");
+    let now = chrono::Utc::now();
+    assert_eq!(store.sweep_stranded(Lane::Default, now, 100, 5).await.unwrap(), Default::default(), "another lane");
+    let swept = store.sweep_stranded(Lane::Bulk, now, 100, 5).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 1), "at the limit");
 
+    api.shutdown().await.unwrap();
+}
+
+/// Within two sweep intervals, whatever another developer's backlog holds:
+/// B's deliveries that no queue holds arrive, each once, while A's backlog
+/// keeps the bulk lane full. Once they are lost by a purge of the default
+/// lane, once they are never published (the API drops its first attempts, as
+/// one killed between its commit and the broker's confirm would). A's
+/// backlog, behind in its lane, is never taken for stranded.
+#[tokio::test(flavor = "multi_thread")]
+async fn stranded_deliveries_arrive_within_two_intervals_beside_a_backlog() {
+    let two_intervals = 2 * Duration::from_secs(15);
+    let mut options = options("1s", true);
+    // A's events past its first twenty wait in the bulk lane, which a
+    // dispatcher of four handlers (and a small window) gives three of them.
+    options.extra_args.extend(["--fair-share-per-second", "1", "--fair-share-burst", "20"].map(String::from));
+    options.delivery_args = ["--dispatcher-concurrency", "4", "--dispatcher-prefetch", "8"].map(String::from).to_vec();
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let (connection, channel) = channel(&api).await;
+    let (default, bulk) = (format!("{}.deliveries", api.prefix), format!("{}.deliveries.bulk", api.prefix));
+
+    // A: half a second per delivery, three at a time: a backlog of minutes.
+    let a = api.new_developer().await;
+    let slow = api.receiver().await;
+    slow.reply_always(Reply::ok().after(Duration::from_millis(500)));
+    let a_endpoint = active_endpoint(&api, &a, &slow.url()).await;
+    ingest_many(&api, a.developer_id(), "transfer", 600, 8).await;
+    eventually("A's default-lane events are delivered, its backlog waits in bulk", WAIT, async || {
+        let owed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND lane = 'default' AND state <> 'succeeded'",
+        )
+        .bind(id(&a_endpoint))
+        .fetch_one(api.pool())
+        .await
+        .unwrap();
+        let ready_bulk = depth(&channel, &bulk).await;
+        if owed == 0 && ready_bulk > 400 {
+            Ok(())
+        } else {
+            Err(format!("{owed} owed in default, {ready_bulk} in bulk"))
+        }
+    })
+    .await;
+
+    // B, within its share: the default lane.
+    let b = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &b, &receiver.url()).await;
+
+    // Lost by a purge while no dispatcher consumes.
+    dispatcher.stop().await.unwrap();
+    let purged: Vec<String> =
+        ingest_many(&api, b.developer_id(), "transfer", 10, 4).await.iter().map(event_id).collect();
+    wait_queued(&api, &channel, &default, 10).await;
+    channel.queue_purge(default.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+    let stranded_at = tokio::time::Instant::now();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    wait_for_events(&receiver, &purged, two_intervals).await;
+    let took = stranded_at.elapsed();
+    assert!(took < two_intervals, "purged deliveries arrived after {took:?}");
+    assert!(depth(&channel, &bulk).await > 0, "A's backlog is gone: the test proves nothing");
+
+    // Never published.
+    api.config.faults.lose_first_attempts(true);
+    let lost: Vec<String> = ingest_many(&api, b.developer_id(), "transfer", 10, 4).await.iter().map(event_id).collect();
+    api.config.faults.lose_first_attempts(false);
+    let stranded_at = tokio::time::Instant::now();
+    wait_for_events(&receiver, &lost, two_intervals).await;
+    let took = stranded_at.elapsed();
+    assert!(took < two_intervals, "unpublished deliveries arrived after {took:?}");
+    assert!(depth(&channel, &bulk).await > 0, "A's backlog is gone: the test proves nothing");
+
+    // Each once, and nothing of A's queued again.
+    wait_nothing_upcoming(&api, &b, &endpoint).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.count(), 20, "{:?}", received_ids(&receiver));
+    verify_all(&receiver, &endpoint);
+    let swept: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND generation > 0")
+        .bind(id(&a_endpoint))
+        .fetch_one(api.pool())
+        .await
+        .unwrap();
+    assert_eq!(swept, 0, "A's backlog was taken for stranded");
+
+    let _ = connection.close(200, "done".into()).await;
+    dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }

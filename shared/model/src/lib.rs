@@ -13,7 +13,7 @@ mod topology;
 pub use changes::{ChangeKind, EndpointChanged};
 pub use objects::*;
 pub use retry::{DEFAULT_RETRY_SCHEDULE, RetrySchedule, parse_duration};
-pub use topology::{Lane, Topology};
+pub use topology::{Lane, RetryRoute, Topology};
 
 /// Whether two endpoint URLs name the same target once normalised (host case,
 /// the default port, an empty path, percent-encoding the parser settles): a

@@ -40,6 +40,19 @@ impl Lane {
     }
 }
 
+/// Where a message waits before it goes back to its work queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryRoute {
+    /// The retry queue.
+    pub queue: String,
+    /// The message's own expiration there.
+    pub wait: Duration,
+    /// The queue's TTL: a queue expires messages only at its head, so one
+    /// published now is back in its work queue by `now + ttl` at the latest,
+    /// whatever its own expiration.
+    pub ttl: Duration,
+}
+
 /// Names of every exchange and queue of one deployment.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -104,17 +117,38 @@ impl Topology {
         }
     }
 
-    /// The retry queue that can hold a message for `delay`, and how long the
-    /// message should wait in it: the smallest tier at least as long as
-    /// `delay` (the message then carries `delay` as its own expiration), or the
-    /// longest tier when none is.
-    pub fn retry_route(&self, lane: Lane, delay: Duration) -> Option<(String, Duration)> {
+    /// The retry queue that can hold a message for `delay`: the smallest
+    /// tier at least as long as `delay` (the message then carries `delay` as
+    /// its own expiration), or the longest tier when none is.
+    pub fn retry_route(&self, lane: Lane, delay: Duration) -> Option<RetryRoute> {
         let tier = self.retry_delays.iter().find(|tier| **tier >= delay).or_else(|| self.retry_delays.last())?;
-        Some((self.retry_in(lane, *tier), delay.min(*tier)))
+        Some(RetryRoute { queue: self.retry_in(lane, *tier), wait: delay.min(*tier), ttl: *tier })
     }
 
     /// The distinct retry delays, one retry queue each per lane, shortest first.
     pub fn retry_delays(&self) -> &[Duration] {
         &self.retry_delays
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_retry_queue_per_distinct_delay() {
+        let topology = Topology::new("p", &"5s,5s,1m".parse().unwrap());
+        assert_eq!(topology.retry_delays().len(), 2);
+        assert_eq!(topology.retry(Duration::from_secs(5)), "p.retry.5000ms");
+        assert_eq!(topology.deliveries(), "p.deliveries");
+        let route = topology.retry_route(Lane::Default, Duration::from_secs(3)).unwrap();
+        assert_eq!(
+            (route.queue.as_str(), route.wait, route.ttl),
+            ("p.retry.5000ms", Duration::from_secs(3), Duration::from_secs(5))
+        );
+        let route = topology.retry_route(Lane::Bulk, Duration::from_secs(600)).unwrap();
+        assert_eq!((route.queue.as_str(), route.wait), ("p.retry.bulk.60000ms", Duration::from_secs(60)));
+        assert_eq!(topology.work_queue(Lane::Bulk), "p.deliveries.bulk");
+        assert_eq!(topology.queues().len(), 7);
     }
 }

@@ -29,6 +29,27 @@ use webhooks_store::{AttemptRecord, Store, queue::QueueStore};
 
 pub use message::{DecodeError, DeliveryMessage, Message, PARK_LIMIT};
 
+/// Faults a test injects into a running process, as a crash or a lost
+/// message would cause them; all off unless a test turns one on. Clones
+/// share their switches.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    lose_first_attempts: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Faults {
+    /// While on, first attempts handed to the relay after their commit are
+    /// dropped unpublished, as when the API process is killed between the
+    /// commit and the broker's confirm.
+    pub fn lose_first_attempts(&self, on: bool) {
+        self.lose_first_attempts.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn losing_first_attempts(&self) -> bool {
+        self.lose_first_attempts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// How the queue runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -207,7 +228,7 @@ impl Producer {
     pub fn start(
         queue_store: QueueStore,
         broker: amqp::BrokerSettings,
-        metrics: Arc<metrics::RelayMetrics>,
+        metrics: &metrics::QueueMetrics,
         sweep: amqp::sweeper::SweepSettings,
         tasks: &TaskTracker,
         shutdown: CancellationToken,

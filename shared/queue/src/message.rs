@@ -78,6 +78,12 @@ pub struct DeliveryV1 {
     /// The lane it waits in, and its retries too.
     #[serde(default, skip_serializing_if = "Lane::is_default")]
     pub lane: Lane,
+    /// The earliest time it can have entered its lane's work queue: when it
+    /// was published there, or when its wait in a retry queue ended. A
+    /// dispatcher that receives it knows every message that entered the
+    /// lane before then was handed out (the lane's watermark).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enters_at: Option<DateTime<Utc>>,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.
@@ -103,6 +109,7 @@ impl From<DueDelivery> for DeliveryV1 {
             failures: due.failures,
             pace_ticket: due.pace_ticket,
             lane: due.lane,
+            enters_at: None,
             body: due.body,
             event_created_at: due.event_created_at,
         }
@@ -125,6 +132,7 @@ impl DeliveryV1 {
             failures: 0,
             pace_ticket: None,
             lane: event.lane,
+            enters_at: None,
             body,
             event_created_at: event.created_at,
         }
@@ -151,6 +159,12 @@ impl DeliveryV1 {
     /// counts start over, and it waits in the bulk lane (a backlog by nature).
     pub fn replayed(&self) -> DeliveryV1 {
         DeliveryV1 { parks: 0, failures: 0, lane: Lane::Bulk, ..self.clone() }
+    }
+
+    /// This message as published at a time it enters its lane's work queue
+    /// at the earliest.
+    pub fn entering_at(&self, at: DateTime<Utc>) -> DeliveryV1 {
+        DeliveryV1 { enters_at: Some(at), ..self.clone() }
     }
 
     /// This message holding `ticket` in its endpoint's pace.

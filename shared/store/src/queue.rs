@@ -100,21 +100,52 @@ impl Outbox {
         self.0.release_set_aside(endpoint_id, batch).await
     }
 
-    /// Queues again up to `batch` deliveries that are due and that no queue
-    /// holds (see `pg/sweep.rs`).
+    /// Queues again up to `batch` deliveries of `lane` that are due before
+    /// `watermark` and that no queue holds; fails those queued again `limit`
+    /// times already without an attempt (see `pg/sweep.rs`).
     pub async fn sweep_stranded(
         &self,
-        older_than: Duration,
+        lane: Lane,
+        watermark: DateTime<Utc>,
         batch: i64,
         limit: i32,
-        stranded: bool,
     ) -> StoreResult<Swept> {
-        self.0.sweep_stranded(older_than, batch, limit, stranded).await
+        self.0.sweep_stranded(lane, watermark, batch, limit).await
     }
 
-    /// Hands on the turns of ordered endpoints that no settling handed on.
-    pub async fn release_stalled_turns(&self, batch: i64) -> StoreResult<u64> {
-        self.0.release_stalled_turns(batch).await
+    /// Queues again up to `batch` deliveries set aside behind a hanging
+    /// endpoint whose due time has come.
+    pub async fn sweep_set_aside(&self, batch: i64) -> StoreResult<Swept> {
+        self.0.sweep_set_aside(batch).await
+    }
+
+    /// How many deliveries of `lane` are stranded by `watermark`, counted up
+    /// to `at_most`.
+    pub async fn count_stranded(&self, lane: Lane, watermark: DateTime<Utc>, at_most: i64) -> StoreResult<i64> {
+        self.0.count_stranded(lane, watermark, at_most).await
+    }
+
+    /// Hands on the turns of ordered endpoints that no settling handed on,
+    /// looking at up to `batch` endpoints after `after` (see
+    /// `pg/turns.rs`); returns how many were released and where to go on.
+    pub async fn release_stalled_turns(&self, after: Option<&str>, batch: i64) -> StoreResult<(u64, Option<String>)> {
+        self.0.release_stalled_turns(after, batch).await
+    }
+
+    /// How far each lane's consumers have got (see `pg/sweep.rs`).
+    pub async fn lane_watermarks(&self) -> StoreResult<Vec<(Lane, DateTime<Utc>)>> {
+        self.0.lane_watermarks().await
+    }
+
+    /// Moves lane watermarks forward: a dispatcher received messages that
+    /// entered these lanes at these times at the earliest.
+    pub async fn advance_watermarks(&self, received: &[(Lane, DateTime<Utc>)]) -> StoreResult<()> {
+        self.0.advance_watermarks(received).await
+    }
+
+    /// Outbox rows waiting to be published.
+    pub async fn count_rows(&self) -> StoreResult<i64> {
+        self.0.count_outbox().await
     }
 }
 

@@ -8,6 +8,7 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use lapin::{
     BasicProperties, Channel, Confirmation, Consumer,
@@ -20,7 +21,7 @@ use lapin::{
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use webhooks_model::Lane;
+use webhooks_model::{Lane, RetryRoute};
 use webhooks_store::Parked;
 
 use super::{
@@ -87,8 +88,11 @@ impl AmqpTicket {
                 why
             }
             Outcome::Settled { record, why } => self.record(message, record, why).await,
-            Outcome::Retry { record, next, delay } => match publish(&self.session, &next, delay).await {
-                Ok(()) => self.record(message, record, "retrying").await,
+            Outcome::Retry { mut record, next, delay } => match publish(&self.session, &next, delay).await {
+                Ok(back_by) => {
+                    record.next_attempt_at = Some(back_by);
+                    self.record(message, record, "retrying").await
+                }
                 Err(error) => {
                     // The attempt was made: it is recorded, and its delivery,
                     // due with no message, is queued again by the sweeper.
@@ -149,8 +153,7 @@ impl AmqpTicket {
     /// delivery for a stranded one), then acks.
     async fn put_back(self, message: &DeliveryMessage, delay: Duration, why: &'static str) -> &'static str {
         match publish(&self.session, message, delay).await {
-            Ok(()) => {
-                let until = webhooks_model::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            Ok(until) => {
                 let parked = Parked {
                     delivery_id: message.delivery_id,
                     generation: message.generation,
@@ -296,6 +299,7 @@ pub(super) async fn session<H: Handler>(
                 let ticket = AmqpTicket::new(&delivery, session.clone());
                 match message::decode(&delivery.data) {
                     Ok(Message::Delivery(message)) => {
+                        broker.inner.watermarks.received(lane, message.enters_at);
                         let delivery = Delivery { message, ticket: Ticket::Broker(ticket) };
                         handlers.spawn(handler, delivery, (slot, bulk_slot));
                     }
@@ -398,10 +402,12 @@ fn changed<H: Handler>(handler: &H, data: &[u8]) {
     }
 }
 
-/// Publishes a retry; when its queue is gone (deleted by hand, lost by the
-/// broker), declares the topology again and publishes once more, so one lost
-/// queue does not turn every retry into a requeue until the next reconnect.
-async fn publish(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+/// Publishes `message` to the retry queue that holds it for `delay`, and
+/// returns when it is back in its work queue at the latest (its due time in
+/// the store). When the queue is gone (deleted by hand, lost by the broker),
+/// declares the topology again and publishes once more, so one lost queue
+/// does not turn every retry into a requeue until the next reconnect.
+async fn publish(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<DateTime<Utc>> {
     match publish_once(session, message, delay).await {
         Err(error) if error.is::<RetryQueueMissing>() => {
             tracing::warn!(error = format!("{error:#}"), "declaring the queues again");
@@ -414,10 +420,13 @@ async fn publish(session: &Session, message: &DeliveryMessage, delay: Duration) 
     }
 }
 
-async fn publish_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<()> {
+async fn publish_once(session: &Session, message: &DeliveryMessage, delay: Duration) -> anyhow::Result<DateTime<Utc>> {
     let topology = &session.broker.inner.settings.topology;
-    let (queue, wait) = topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
-    let payload = message::encode_delivery(message);
+    let RetryRoute { queue, wait, ttl } =
+        topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
+    let now = webhooks_model::time::now();
+    let later = |wait: Duration| now + chrono::Duration::from_std(wait).unwrap_or_default();
+    let payload = message::encode_delivery(&message.entering_at(later(wait)));
     let properties = super::persistent_json().with_expiration(wait.as_millis().to_string().into());
     let confirm = session
         .publisher
@@ -435,7 +444,7 @@ async fn publish_once(session: &Session, message: &DeliveryMessage, delay: Durat
         .context("no confirm for the retry")?
         .context("confirm retry")?;
     match confirmation {
-        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+        Confirmation::Ack(None) | Confirmation::NotRequested => Ok(later(ttl)),
         Confirmation::Ack(Some(_)) => Err(RetryQueueMissing(queue).into()),
         Confirmation::Nack(_) => anyhow::bail!("broker refused the retry"),
     }

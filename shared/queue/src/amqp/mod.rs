@@ -31,13 +31,14 @@ mod parked;
 pub mod relay;
 mod settle;
 pub mod sweeper;
+mod watermarks;
 
 use std::sync::Arc;
 
 use tokio::sync::{Notify, watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::{Handler, Settings, metrics::RelayMetrics, recorder::Recorder};
+use crate::{Handler, Settings, metrics::QueueMetrics, recorder::Recorder};
 
 /// Where the broker is and what its queues are named: what the producer
 /// side needs.
@@ -45,6 +46,7 @@ use crate::{Handler, Settings, metrics::RelayMetrics, recorder::Recorder};
 pub struct BrokerSettings {
     pub topology: Topology,
     pub amqp_url: String,
+    pub faults: crate::Faults,
 }
 
 /// Deliveries released per statement when an endpoint recovers.
@@ -62,12 +64,14 @@ struct Inner {
     settings: Settings,
     recorder: Recorder,
     parked: parked::ParkedWrites,
+    watermarks: watermarks::Watermarks,
 }
 
 impl Broker {
     pub(crate) fn new(outbox: Outbox, settings: Settings, recorder: Recorder, writers: &TaskTracker) -> Broker {
         let parked = parked::ParkedWrites::spawn(outbox.clone(), writers);
-        Broker { inner: Arc::new(Inner { outbox, settings, recorder, parked }) }
+        let watermarks = watermarks::Watermarks::default();
+        Broker { inner: Arc::new(Inner { outbox, settings, recorder, parked, watermarks }) }
     }
 
     /// Broker sessions, one after the other, until `shutdown`.
@@ -77,7 +81,9 @@ impl Broker {
         ready: watch::Sender<bool>,
         shutdown: CancellationToken,
     ) {
-        reconnecting("dispatcher", &shutdown, || consumer::session(self, &handler, &ready, &shutdown)).await;
+        let flushing = watermarks::flush(&self.inner.watermarks, &self.inner.outbox, &shutdown);
+        let consuming = reconnecting("dispatcher", &shutdown, || consumer::session(self, &handler, &ready, &shutdown));
+        tokio::join!(flushing, consuming);
     }
 
     /// Queues again what was set aside behind `endpoint_id`: the endpoint
@@ -113,20 +119,27 @@ impl Broker {
 pub(crate) fn produce(
     outbox: Outbox,
     settings: BrokerSettings,
-    metrics: Arc<RelayMetrics>,
+    metrics: &QueueMetrics,
     sweep: sweeper::SweepSettings,
     tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) -> relay::Publisher {
     let wake = Arc::new(Notify::new());
-    let (relay, publisher) =
-        relay::Relay::new(outbox.clone(), settings.amqp_url.clone(), settings.topology.clone(), wake.clone(), metrics);
+    let (relay, publisher) = relay::Relay::new(
+        outbox.clone(),
+        settings.amqp_url.clone(),
+        settings.topology.clone(),
+        wake.clone(),
+        metrics.relay.clone(),
+        settings.faults,
+    );
     let sweeper = sweeper::Sweeper {
         outbox,
         amqp_url: settings.amqp_url,
         topology: settings.topology,
         settings: sweep,
         relay_wake: wake,
+        metrics: metrics.sweep.clone(),
     };
     tasks.spawn(relay.run(shutdown.clone()));
     tasks.spawn(sweeper.run(shutdown));

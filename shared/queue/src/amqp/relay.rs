@@ -58,6 +58,7 @@ struct Ready {
 #[derive(Debug, Clone)]
 pub struct Publisher {
     ready: mpsc::Sender<Vec<Ready>>,
+    faults: crate::Faults,
     broker_up: watch::Receiver<bool>,
     /// Where what the relay cannot take goes.
     unpublished: Unpublished,
@@ -109,12 +110,18 @@ impl Publisher {
     /// (the broker is down, the relay is stopping or holds too many
     /// already), writes them to the outbox.
     pub(crate) async fn hand_over(&self, first_attempts: Vec<DeliveryMessage>) {
-        if first_attempts.is_empty() {
+        if first_attempts.is_empty() || self.faults.losing_first_attempts() {
             return;
         }
+        // Published from now on: they enter their lanes now at the earliest.
+        let now = webhooks_model::time::now();
         let batch: Vec<Ready> = first_attempts
             .iter()
-            .map(|m| Ready { delivery_id: m.delivery_id, lane: m.lane, payload: message::encode_delivery(m) })
+            .map(|m| Ready {
+                delivery_id: m.delivery_id,
+                lane: m.lane,
+                payload: message::encode_delivery(&m.entering_at(now)),
+            })
             .collect();
         if !self.broker_up() {
             return self.unpublished.write(batch).await;
@@ -164,6 +171,7 @@ impl Relay {
         topology: Topology,
         wake: Arc<Notify>,
         metrics: Arc<RelayMetrics>,
+        faults: crate::Faults,
     ) -> (Relay, Publisher) {
         let (broker_up, broker_up_rx) = watch::channel(false);
         let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
@@ -178,7 +186,7 @@ impl Relay {
             ready: Mutex::new(ready),
             unpublished: unpublished.clone(),
         };
-        (relay, Publisher { ready: ready_tx, broker_up: broker_up_rx, unpublished })
+        (relay, Publisher { ready: ready_tx, faults, broker_up: broker_up_rx, unpublished })
     }
 
     /// Runs until `shutdown`; then publishes what is already committed, within
@@ -351,12 +359,13 @@ impl Relay {
             return Ok(0);
         }
         let claimed = rows.len();
+        let claimed_at = webhooks_model::time::now();
         let mut done = Vec::with_capacity(rows.len());
         let mut confirms = Vec::with_capacity(rows.len());
         for row in rows {
             let (exchange, routing_key, payload) = match row.item {
                 OutboxItem::Delivery(due) => {
-                    let message = DeliveryMessage::from(due);
+                    let message = DeliveryMessage::from(due).entering_at(claimed_at);
                     (String::new(), self.topology.work_queue(message.lane), message::encode_delivery(&message))
                 }
                 OutboxItem::Change(change) => {

@@ -63,9 +63,10 @@ impl PgStore {
                  SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash FROM numbered ORDER BY ord
                  RETURNING id, sequence, body
              ), d AS (
-                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
+                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence,
+                                         lane)
                  SELECT nb.id, e.id, CASE e.status WHEN 'active' THEN 'pending' ELSE 'held' END, nb.created_at,
-                        CASE e.status WHEN 'active' THEN nb.created_at END, nb.n
+                        CASE e.status WHEN 'active' THEN nb.created_at END, nb.n, nb.lane
                    FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
                   WHERE e.status <> 'deleted'
                     AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
@@ -251,10 +252,11 @@ impl PgStore {
             return Ok(SendOutcome::NotForEndpoint);
         }
         let (delivery_id, generation): (i64, i32) = sqlx::query_as(
-            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence)
-             VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1))
+            "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence, lane)
+             VALUES ($1, $2, 'pending', $3, now(), (SELECT sequence FROM events WHERE id = $1), 'default')
              ON CONFLICT (endpoint_id, event_id) DO UPDATE
                 SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
+                    lane = 'default',
                     generation = deliveries.generation + 1,
                     event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
              RETURNING id, generation",
@@ -306,10 +308,11 @@ impl PgStore {
                   wanted AS ({WANTED}),
                   armed AS (
                       INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
-                                              event_sequence)
-                      SELECT id, $2, 'pending', created_at, now(), sequence FROM wanted
+                                              event_sequence, lane)
+                      SELECT id, $2, 'pending', created_at, now(), sequence, 'bulk' FROM wanted
                       ON CONFLICT (endpoint_id, event_id) DO UPDATE
                          SET state = 'pending', next_attempt_at = now(), updated_at = now(), sweeps = 0, set_aside = false,
+                             lane = 'bulk',
                              generation = deliveries.generation + 1,
                              event_sequence = coalesce(deliveries.event_sequence, excluded.event_sequence)
                        WHERE deliveries.state IN ('failed', 'held')

@@ -130,9 +130,20 @@ impl PgStore {
     }
 
     /// Deletes rows that were published (or announce nothing any more).
+    /// A delivery's message entered its lane by now: its due time moves up
+    /// to now, the latest time its message entered (see `sweep.rs`).
     pub async fn delete_outbox(&self, ids: &[i64]) -> StoreResult<()> {
         if !ids.is_empty() {
-            sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(ids).execute(&self.pool).await?;
+            sqlx::query(
+                "WITH gone AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING delivery_id, generation)
+                 UPDATE deliveries d SET next_attempt_at = greatest(d.next_attempt_at, now())
+                   FROM gone
+                  WHERE d.id = gone.delivery_id AND d.generation = gone.generation
+                    AND d.state IN ('pending', 'retrying') AND NOT d.set_aside",
+            )
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
         }
         Ok(())
     }

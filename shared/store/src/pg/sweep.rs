@@ -1,12 +1,19 @@
-//! The sweeper's statements: deliveries that are owed (`pending` or
-//! `retrying`), due for longer than a margin, and that no outbox row names
-//! are queued again under a new generation, so whatever older message of
-//! theirs is still somewhere is dropped unsent when it comes back. See the
-//! README, "Nothing stranded, nothing looping". Deliveries set aside behind
-//! a hanging endpoint are queued again the same way, by the sweeper once
-//! due, or by a dispatcher once the endpoint answers.
+//! The sweeper's statements (DESIGN.md, "Knowing what is stranded").
+//!
+//! A delivery that is owed (`pending` or `retrying`), not set aside, and due
+//! before its lane's watermark is in no queue: every message that entered
+//! the lane before the watermark has been handed out, and a delivery's due
+//! time is the latest its message can enter (a retry's is the end of its
+//! retry queue's TTL; a message published from the outbox moves it to the
+//! publish; a first attempt published after its ingest enters within the
+//! sweeper's allowance of it, or its delivery gets an outbox row). Such a delivery is queued
+//! again under a new generation, so whatever older message of it still
+//! turns up is dropped unsent. Deliveries set aside behind a hanging
+//! endpoint have no message by design: they are queued again once due, or
+//! when a dispatcher hears the endpoint answer.
 
-use std::time::Duration;
+use chrono::{DateTime, Utc};
+use webhooks_model::Lane;
 
 use super::PgStore;
 use crate::StoreResult;
@@ -33,33 +40,23 @@ const GAVE_UP: &str = "not sent: queued again repeatedly and never processed (se
 pub(super) const NEXT_ATTEMPT: &str =
     "CASE WHEN d.last_attempt_generation = d.generation THEN d.last_attempt + 1 ELSE 1 END";
 
-/// The owed deliveries that are due, with no outbox row, oldest first, each
-/// with its next attempt: `{which}` says which ([`STRANDED_OR_SET_ASIDE`],
-/// [`SET_ASIDE`]), `{sweeps}` selects by how often they were swept (`$3`).
-const OWED: &str = "
-    SELECT d.id, d.event_id, d.endpoint_id, d.set_aside, {next_attempt} AS attempt
+/// Stranded deliveries of lane `$1` due before the watermark `$2`, oldest
+/// first, at most `$3`, with no outbox row, each with its next attempt;
+/// `{sweeps}` selects by how often they were swept (`$4`).
+const STRANDED: &str = "
+    SELECT d.id, d.event_id, d.endpoint_id, false AS set_aside, {next_attempt} AS attempt
       FROM deliveries d
-     WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at < now() AND {which} AND {sweeps}
+     WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1 AND d.next_attempt_at < $2
+       AND {sweeps}
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
-     ORDER BY d.next_attempt_at LIMIT $2
+     ORDER BY d.next_attempt_at LIMIT $3
        FOR UPDATE OF d SKIP LOCKED";
-
-/// Stranded (due before `now() - $1`) or set aside.
-const STRANDED_OR_SET_ASIDE: &str = "(d.set_aside OR d.next_attempt_at < now() - make_interval(secs => $1))";
-
-/// Set aside only (a partial index holds them); `$1` is not needed.
-const SET_ASIDE: &str = "d.set_aside";
-
-/// [`OWED`] selecting `which`, with `sweeps`.
-fn owed(which: &str, sweeps: &str) -> String {
-    OWED.replace("{next_attempt}", NEXT_ATTEMPT).replace("{which}", which).replace("{sweeps}", sweeps)
-}
 
 /// Queues the deliveries of the CTE `due` (columns `id`, `set_aside`,
 /// `attempt`) again, each under a new generation, in the lane that
-/// `{lane}` names; returns how many were set aside and how
-/// many in all. A sweep of a delivery that was not set aside counts towards
-/// the sweep limit.
+/// `{lane}` names (of `d`, the delivery); returns how many were set aside and how many in all. A
+/// sweep of a delivery that was not set aside counts towards the sweep
+/// limit.
 const REQUEUE: &str = "
     swept AS (
         UPDATE deliveries d
@@ -69,32 +66,34 @@ const REQUEUE: &str = "
                last_attempt_generation = CASE WHEN d.last_attempt_generation = d.generation
                                               THEN d.generation + 1
                                               ELSE d.last_attempt_generation END,
-               next_attempt_at = now(), updated_at = now()
+               next_attempt_at = now(), updated_at = now(), lane = {lane}
           FROM due WHERE d.id = due.id
-        RETURNING d.id, d.generation, due.attempt, due.set_aside),
+        RETURNING d.id, d.generation, d.lane, due.attempt, due.set_aside),
     queued AS (
         INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force, attempt)
-        SELECT '', '', {lane}, id, generation, false, attempt FROM swept)
+        SELECT '', '', lane, id, generation, false, attempt FROM swept)
     SELECT count(*) FILTER (WHERE set_aside), count(*) FROM swept";
 
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 impl PgStore {
-    /// Sweeps up to `batch` set-aside deliveries that are due and, with
-    /// `stranded`, stranded ones: fails those swept `limit` times already
-    /// (with a log entry that says so) and queues the others again. Rows are
-    /// locked `SKIP LOCKED` and no longer qualify once swept, so concurrent
-    /// sweepers never queue one delivery twice.
-    pub async fn sweep_stranded(
+    /// Sweeps up to `batch` stranded deliveries of `lane` due before
+    /// `watermark`: fails those swept `limit` times already (with a log
+    /// entry that says so) and queues the others again, in their lane.
+    /// Rows are locked `SKIP LOCKED` and no longer qualify once swept, so
+    /// concurrent sweepers never queue one delivery twice.
+    pub(crate) async fn sweep_stranded(
         &self,
-        older_than: Duration,
+        lane: Lane,
+        watermark: DateTime<Utc>,
         batch: i64,
         limit: i32,
-        stranded: bool,
     ) -> StoreResult<Swept> {
-        let margin = older_than.as_secs_f64();
+        let stranded = |sweeps: &str| STRANDED.replace("{next_attempt}", NEXT_ATTEMPT).replace("{sweeps}", sweeps);
         let mut tx = self.pool.begin().await?;
-        // Only stranded deliveries can be hopeless.
-        let failed = if stranded {
-            sqlx::query(&format!(
+        let failed = sqlx::query(&format!(
             "WITH hopeless AS ({owed}),
                   failed AS (
                       UPDATE deliveries d SET state = 'failed', next_attempt_at = NULL, updated_at = now()
@@ -102,36 +101,57 @@ impl PgStore {
                       RETURNING h.id, h.event_id, h.endpoint_id, h.attempt)
              INSERT INTO delivery_attempts
                     (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-             SELECT gen_random_uuid(), id, endpoint_id, event_id, attempt, NULL, NULL, $4, 0, now() FROM failed",
-                owed = owed(STRANDED_OR_SET_ASIDE, "NOT d.set_aside AND d.sweeps >= $3")
-            ))
-            .bind(margin)
-            .bind(batch)
-            .bind(limit)
-            .bind(GAVE_UP)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-        } else {
-            0
-        };
-        let which = if stranded { STRANDED_OR_SET_ASIDE } else { SET_ASIDE };
-        let (returned, queued): (i64, i64) = sqlx::query_as(&format!(
-            "WITH due AS ({owed}), {requeue}",
-            owed = owed(which, "(d.set_aside OR d.sweeps < $3)"),
-            requeue = REQUEUE.replace("{lane}", "'bulk'")
+             SELECT gen_random_uuid(), id, endpoint_id, event_id, attempt, NULL, NULL, $5, 0, now() FROM failed",
+            owed = stranded("d.sweeps >= $4")
         ))
-        .bind(margin)
+        .bind(lane.as_str())
+        .bind(watermark)
+        .bind(batch)
+        .bind(limit)
+        .bind(GAVE_UP)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        // Queued again in its own lane: a developer within their share keeps
+        // waiting in the default lane, not behind another's backlog.
+        let (_, queued): (i64, i64) = sqlx::query_as(&format!(
+            "WITH due AS ({owed}), {requeue}",
+            owed = stranded("d.sweeps < $4"),
+            requeue = REQUEUE.replace("{lane}", "d.lane")
+        ))
+        .bind(lane.as_str())
+        .bind(watermark)
         .bind(batch)
         .bind(limit)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(Swept { queued: count(queued - returned), returned: count(returned), failed })
+        Ok(Swept { queued: count(queued), returned: 0, failed })
     }
 
-    /// See [`crate::Store::release_set_aside`]: up to `batch` of
+    /// Queues again up to `batch` deliveries set aside behind a hanging
+    /// endpoint whose due time has come, in the bulk lane, without counting
+    /// towards the sweep limit.
+    pub(crate) async fn sweep_set_aside(&self, batch: i64) -> StoreResult<Swept> {
+        let mut tx = self.pool.begin().await?;
+        let (returned, _): (i64, i64) = sqlx::query_as(&format!(
+            "WITH due AS (
+                 SELECT d.id, d.set_aside, {NEXT_ATTEMPT} AS attempt
+                   FROM deliveries d
+                  WHERE d.set_aside AND d.next_attempt_at < now() AND d.state IN ('pending', 'retrying')
+                  ORDER BY d.next_attempt_at LIMIT $1
+                    FOR UPDATE OF d SKIP LOCKED),
+             {requeue}",
+            requeue = REQUEUE.replace("{lane}", "'bulk'")
+        ))
+        .bind(batch)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Swept { returned: count(returned), ..Swept::default() })
+    }
+
+    /// See [`crate::queue::Outbox::release_set_aside`]: up to `batch` of
     /// them, in one transaction that wakes the relay.
     pub(crate) async fn release_set_aside(&self, endpoint_id: &str, batch: i64) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
@@ -157,6 +177,61 @@ impl PgStore {
             sqlx::query("SELECT pg_notify($1, '')").bind(super::OUTBOX_CHANNEL).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(u64::try_from(returned).unwrap_or(0))
+        Ok(count(returned))
+    }
+
+    /// How far each lane's consumers have got, as dispatchers reported it:
+    /// the latest `enters_at` of a message received from the lane, if any.
+    pub(crate) async fn lane_watermarks(&self) -> StoreResult<Vec<(Lane, DateTime<Utc>)>> {
+        let rows: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT lane, CASE WHEN received_through = '-infinity' THEN NULL ELSE received_through END
+               FROM lane_watermarks",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(lane, at)| Some((if lane == "bulk" { Lane::Bulk } else { Lane::Default }, at?)))
+            .collect())
+    }
+
+    /// Moves the watermarks of the lanes given forward (never back).
+    pub(crate) async fn advance_watermarks(&self, received: &[(Lane, DateTime<Utc>)]) -> StoreResult<()> {
+        if received.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE lane_watermarks w SET received_through = greatest(w.received_through, r.at)
+               FROM unnest($1::text[], $2::timestamptz[]) AS r(lane, at)
+              WHERE w.lane = r.lane AND w.received_through < r.at",
+        )
+        .bind(received.iter().map(|(lane, _)| lane.as_str()).collect::<Vec<_>>())
+        .bind(received.iter().map(|(_, at)| *at).collect::<Vec<_>>())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// How many deliveries of `lane` are stranded by `watermark`, counted up
+    /// to `at_most`.
+    pub(crate) async fn count_stranded(&self, lane: Lane, watermark: DateTime<Utc>, at_most: i64) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM (
+                 SELECT 1 FROM deliveries d
+                  WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1
+                    AND d.next_attempt_at < $2
+                    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
+                  LIMIT $3) s",
+        )
+        .bind(lane.as_str())
+        .bind(watermark)
+        .bind(at_most)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Outbox rows waiting to be published.
+    pub(crate) async fn count_outbox(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&self.pool).await?)
     }
 }

@@ -73,10 +73,10 @@ impl PgStore {
                                             WHERE o.endpoint_id = next.endpoint_id
                                               AND o.state IN ('pending', 'retrying')
                                               AND o.event_sequence < next.event_sequence))
-                 RETURNING d.id, d.generation, {next_attempt} AS attempt
+                 RETURNING d.id, d.generation, d.lane, {next_attempt} AS attempt
              )
              INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force, attempt)
-             SELECT '', '', 'default', id, generation, false, attempt FROM released",
+             SELECT '', '', lane, id, generation, false, attempt FROM released",
             next_attempt = super::sweep::NEXT_ATTEMPT
         ))
         .bind(endpoints)
@@ -92,27 +92,36 @@ impl PgStore {
     }
 
     /// The safety net for turns a settling did not release (an endpoint's
-    /// categories narrowed, the sweeper failed a delivery): releases them
-    /// for up to `batch` endpoints with waiting deliveries.
-    pub async fn release_stalled_turns(&self, batch: i64) -> StoreResult<u64> {
-        let endpoints: Vec<String> =
-            // The endpoints waiting longest first: each release moves its
-            // endpoint back, so every endpoint comes round.
-            sqlx::query_scalar(
-                "SELECT endpoint_id FROM deliveries WHERE state = 'waiting'
-                  GROUP BY endpoint_id ORDER BY min(updated_at) LIMIT $1",
-            )
-                .bind(batch)
-                .fetch_all(&self.pool)
-                .await?;
+    /// categories narrowed, the sweeper failed a delivery, an endpoint
+    /// switched to ordered while a delivery was in flight): looks at up to
+    /// `batch` endpoints with waiting deliveries whose id comes after
+    /// `after`, in id order, and releases the turns that are stalled.
+    /// Returns how many deliveries it released and the last endpoint it
+    /// looked at (`None`: it reached the end), where the next call goes on,
+    /// so every endpoint comes round however many are legitimately blocked.
+    pub(crate) async fn release_stalled_turns(
+        &self,
+        after: Option<&str>,
+        batch: i64,
+    ) -> StoreResult<(u64, Option<String>)> {
+        let endpoints: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT endpoint_id FROM deliveries
+              WHERE state = 'waiting' AND ($1::text IS NULL OR endpoint_id > $1)
+              ORDER BY endpoint_id LIMIT $2",
+        )
+        .bind(after)
+        .bind(batch)
+        .fetch_all(&self.pool)
+        .await?;
+        let last = (endpoints.len() as i64 == batch).then(|| endpoints.last().cloned()).flatten();
         if endpoints.is_empty() {
-            return Ok(0);
+            return Ok((0, None));
         }
         let mut tx = self.pool.begin().await?;
         lock_turns(&mut tx, &endpoints.iter().map(String::as_str).collect::<Vec<_>>()).await?;
         let released = self.release_turns(&mut tx, &endpoints, false).await?;
         tx.commit().await?;
-        Ok(released)
+        Ok((released, last))
     }
 }
 
