@@ -24,6 +24,7 @@ pub mod open;
 pub mod pace;
 pub mod pg;
 mod retention;
+mod sealed_keys;
 pub mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
@@ -37,6 +38,7 @@ pub use events::{
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
+pub use sealed_keys::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -264,6 +266,29 @@ impl Store {
     /// returns how many.
     pub async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
         each_backend!(self, s => s.purge_expired_keys(now).await)
+    }
+
+    // Sealed private keys.
+
+    /// Up to `limit` endpoints that are not deleted, with their sealed
+    /// private keys, in id order after `after` (`""` for the first page):
+    /// the pages `keys reseal` walks.
+    pub async fn sealed_keys(&self, after: &str, limit: i64) -> StoreResult<Vec<SealedKeys>> {
+        each_backend!(self, s => s.sealed_keys(after, limit).await)
+    }
+
+    /// Writes, in one transaction, each reseal whose endpoint still holds
+    /// the blob it was made from (see [`KeyReseal`]); answers, for each in
+    /// order, whether it was written.
+    pub async fn reseal_keys(&self, reseals: &[KeyReseal]) -> StoreResult<Vec<bool>> {
+        each_backend!(self, s => s.reseal_keys(reseals).await)
+    }
+
+    /// The stored private keys of endpoints that are not deleted, grouped by
+    /// how they are sealed, in one pass over the table, with a sample or two
+    /// of each group: what delivery checks at start.
+    pub async fn sealed_key_groups(&self) -> StoreResult<Vec<SealedKeyGroup>> {
+        each_backend!(self, s => s.sealed_key_groups().await)
     }
 
     // Events and deliveries.
