@@ -8,6 +8,8 @@
 //! - [`source`]: the queues: RabbitMQ (distributed) or the SQLite store's
 //!   deliveries table (standalone);
 //! - [`deliver`]: one signed HTTP attempt;
+//! - [`key_check`]: at start, the stored endpoint keys open with the
+//!   configured ones;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`recorder`]: batched writes of attempts and delivery state;
 //! - [`standing`]: batched checks that a retry should still be made;
@@ -22,6 +24,7 @@ pub mod cache;
 pub mod config;
 pub mod decide;
 pub mod deliver;
+pub mod key_check;
 pub mod metrics;
 pub mod parked;
 pub mod recorder;
@@ -44,7 +47,6 @@ use axum::{
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use webhooks_config::CommonConfig;
-use webhooks_keys::KeyCipher;
 use webhooks_model::Topology;
 use webhooks_net::tls;
 use webhooks_store::{Store, sqlite::SqliteStore};
@@ -102,22 +104,6 @@ pub async fn main() -> anyhow::Result<()> {
     run(config, listener, shutdown).await
 }
 
-/// Refuses to deliver with a `KEY_ENCRYPTION_KEY` that cannot open the stored
-/// endpoint keys (another key, or none where keys were sealed): every message
-/// would fail to sign and go round for ever while the process looked healthy.
-async fn check_key(store: &Store, cipher: &KeyCipher) -> anyhow::Result<()> {
-    let newest = store.newest_sealed_key().await.context("read a stored endpoint key")?;
-    if let Some((id, sealed)) = newest
-        && cipher.open(&sealed, id.as_bytes()).is_err()
-    {
-        anyhow::bail!(
-            "KEY_ENCRYPTION_KEY cannot open the stored private key of endpoint {id}: \
-             start with the key the endpoint keys were sealed with"
-        );
-    }
-    Ok(())
-}
-
 /// The handler context over `store`, with the delivery client and an empty
 /// endpoint cache; `writers` tracks the recorder, which drains on shutdown.
 /// `handlers`: the messages the source hands out at once.
@@ -130,7 +116,7 @@ async fn context(
     handlers: usize,
 ) -> anyhow::Result<Arc<Context>> {
     let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
-    check_key(&store, &cipher).await?;
+    key_check::check(&store, &cipher).await?;
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let connect_timeout = common.delivery_timeout.min(Duration::from_secs(5));
     let client = tls::delivery_client(

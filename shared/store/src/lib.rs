@@ -215,13 +215,6 @@ impl Store {
         each_backend!(self, s => s.get_endpoint(developer_id, id).await)
     }
 
-    /// The id and stored private key of the newest non-deleted endpoint, so a
-    /// dispatcher can check at start that its `KEY_ENCRYPTION_KEY` opens the
-    /// stored keys.
-    pub async fn newest_sealed_key(&self) -> StoreResult<Option<(String, Vec<u8>)>> {
-        each_backend!(self, s => s.newest_sealed_key().await)
-    }
-
     /// Endpoint `id` whatever its owner or status: what a dispatcher needs.
     pub async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
         each_backend!(self, s => s.load_endpoint(id).await)
