@@ -177,6 +177,20 @@ struct Common {
 enum KeysCommand {
     /// Create a key and print `{"key": …, "api_key": {…}}` on stdout.
     Create(CreateKey),
+    /// Seal every stored endpoint private key with the first key of
+    /// KEY_ENCRYPTION_KEY (after a new key was listed first everywhere);
+    /// progress on stderr, a JSON summary on stdout. Safe while the
+    /// service runs, and to run again.
+    Reseal(ResealKeys),
+}
+
+#[derive(Debug, Args)]
+struct ResealKeys {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// Endpoints read and written per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: i64,
 }
 
 #[derive(Debug, Args)]
@@ -240,6 +254,27 @@ pub async fn main() -> anyhow::Result<()> {
             .await?;
             let out = serde_json::json!({ "key": issued.key, "api_key": issued.api_key });
             print(&format!("{out}\n"))
+        }
+        Command::Keys { command: KeysCommand::Reseal(args) } => {
+            webhooks_config::telemetry::init(args.common.log_format);
+            anyhow::ensure!((1..=10_000).contains(&args.batch), "--batch must be between 1 and 10000");
+            let summary = crate::reseal::reseal(&args.common, args.batch, |so_far| {
+                eprintln!(
+                    "keys reseal: {} endpoints read, {} keys resealed, {} already sealed with key id {}, {} do not open",
+                    so_far.endpoints, so_far.resealed, so_far.skipped, so_far.key_id, so_far.failed
+                );
+            })
+            .await?;
+            print(&format!("{}\n", serde_json::to_string(&summary)?))?;
+            anyhow::ensure!(
+                summary.complete(),
+                "{} stored keys do not open with KEY_ENCRYPTION_KEY (listed in the summary) and {} kept changing \
+                 while being resealed; they were left as they were: list every key that sealed them, then run \
+                 `keys reseal` again",
+                summary.failed,
+                summary.changed
+            );
+            Ok(())
         }
         Command::Openapi => print(&crate::openapi::document()),
         Command::Events { command: EventsCommand::Send(args) } => {

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod operator;
 pub mod rate_limit;
+pub mod reseal;
 pub mod routes;
 pub mod server;
 pub mod state;
@@ -121,6 +122,10 @@ async fn serve(
     let common = &config.common;
     let topology = Topology::new(&common.queue_prefix, &common.retry_schedule);
     let cipher = common.key_cipher().context("KEY_ENCRYPTION_KEY")?;
+    if let Some(sealing) = cipher.sealing_key() {
+        let key_ids: Vec<String> = cipher.key_ids().map(|id| id.to_string()).collect();
+        tracing::info!(%sealing, key_ids = %key_ids.join(","), "new endpoint keys are sealed with the first key");
+    }
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let tls = Arc::new(tls::client_config(roots)?);
     let metrics = Arc::new(metrics::Metrics::new());

@@ -33,7 +33,7 @@ provide() {
   if ! blank "$given"; then
     if [ -s "$file" ] && [ "$(cat "$file")" != "$given" ]; then
       echo "init-secrets: $name from the environment replaces the one kept in the volume" >&2
-      [ "$name" = KEY_ENCRYPTION_KEY ] && echo "init-secrets: endpoint keys sealed with the old one cannot be opened (the dispatchers refuse to start)" >&2
+      [ "$name" = KEY_ENCRYPTION_KEY ] && echo "init-secrets: endpoint keys sealed with a key it no longer lists cannot be opened (the dispatchers refuse to start; see \"Rotating the key-encryption key\" in the README)" >&2
     fi
     printf '%s' "$given" > "$file.new"
     echo "init-secrets: $name taken from the environment"

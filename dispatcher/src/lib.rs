@@ -7,6 +7,8 @@
 //! - [`worker`]: the handling of one message, whatever its queue: it decides
 //!   an outcome, and the queue (`webhooks-queue`) carries it out;
 //! - [`deliver`]: one signed HTTP attempt;
+//! - [`key_check`]: at start, the stored endpoint keys open with the
+//!   configured ones;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
 //! - [`standing`]: batched checks that a message should still be sent;
 //! - [`slots`]: attempts in flight per endpoint, under limits that adapt;
@@ -18,6 +20,7 @@ pub mod cache;
 pub mod config;
 pub mod decide;
 pub mod deliver;
+pub mod key_check;
 pub mod metrics;
 pub mod slots;
 pub mod standing;
@@ -36,7 +39,6 @@ use axum::{
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use webhooks_config::CommonConfig;
-use webhooks_keys::KeyCipher;
 use webhooks_model::Topology;
 use webhooks_net::tls;
 use webhooks_queue::Queue;
@@ -99,22 +101,6 @@ pub async fn main() -> anyhow::Result<()> {
     run(config, listener, shutdown).await
 }
 
-/// Refuses to deliver with a `KEY_ENCRYPTION_KEY` that cannot open the stored
-/// endpoint keys (another key, or none where keys were sealed): every message
-/// would fail to sign and go round for ever while the process looked healthy.
-async fn check_key(store: &Store, cipher: &KeyCipher) -> anyhow::Result<()> {
-    let newest = store.newest_sealed_key().await.context("read a stored endpoint key")?;
-    if let Some((id, sealed)) = newest
-        && cipher.open(&sealed, id.as_bytes()).is_err()
-    {
-        anyhow::bail!(
-            "KEY_ENCRYPTION_KEY cannot open the stored private key of endpoint {id}: \
-             start with the key the endpoint keys were sealed with"
-        );
-    }
-    Ok(())
-}
-
 /// The handler context over `store` and its queue, with the delivery client
 /// and an empty endpoint cache; `writers` tracks the batched writers, which
 /// drain on shutdown. `handlers`: the messages the queue hands out at once.
@@ -127,7 +113,7 @@ async fn context(
     handlers: usize,
 ) -> anyhow::Result<Arc<Context>> {
     let cipher = Arc::new(common.key_cipher().context("KEY_ENCRYPTION_KEY")?);
-    check_key(&store, &cipher).await?;
+    key_check::check(&store, &cipher).await?;
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
     let connect_timeout = common.delivery_timeout.min(Duration::from_secs(5));
     let client = tls::delivery_client(

@@ -137,6 +137,9 @@ pub struct StackOptions {
     pub database_max_connections: u32,
     /// Where each process's standard error goes (`<name>.log`, appended).
     pub log_dir: PathBuf,
+    /// Further settings of every process (`KEY_ENCRYPTION_KEY`, …), set
+    /// after the stack's own.
+    pub env: Vec<(String, String)>,
 }
 
 impl StackOptions {
@@ -150,6 +153,7 @@ impl StackOptions {
             rust_log: std::env::var("RUST_LOG").unwrap_or_else(|_| "info,lapin=warn,sqlx=warn".into()),
             database_max_connections: 4,
             log_dir: std::env::temp_dir().join(format!("{tool}-{}", random_suffix())),
+            env: Vec::new(),
         }
     }
 }
@@ -300,6 +304,7 @@ impl Stack {
                 data_dir = Some(dir);
             }
         }
+        env.extend(options.env.iter().cloned());
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(30))
@@ -351,6 +356,27 @@ impl Stack {
     /// The `QUEUE_PREFIX` of the distributed system.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Sets `name` to `value` for the processes and commands started from
+    /// now on, as an operator changes a setting before a restart.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.retain(|(set, _)| set != name);
+        self.env.push((name.to_owned(), value.to_owned()));
+    }
+
+    /// The log of process `name` (`api`, `standalone`, `dispatcher-<n>`):
+    /// what it wrote to standard error, every start of it.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log_dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// An operator's command of the API program (`keys reseal`, …) with the
+    /// system's settings.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = self.programs.api.command();
+        command.args(args).envs(self.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null());
+        command
     }
 
     fn log_file(&self, name: &str) -> anyhow::Result<File> {

@@ -26,7 +26,7 @@ async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
     assert!(!endpoint.to_string().contains("PRIVATE KEY"), "{endpoint}");
 
     let stored = api.store.load_endpoint(&id(&endpoint)).await.unwrap().expect("the endpoint is stored").private_key;
-    assert_eq!(stored.first(), Some(&1), "the private key is stored sealed (format byte 1)");
+    assert_eq!(stored.first(), Some(&2), "the private key is stored sealed, naming its key (format byte 2)");
     // PKCS#8 of an RSA key starts SEQUENCE, INTEGER 0, SEQUENCE { rsaEncryption }: never in the clear.
     let rsa_encryption = [0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
     assert!(!stored.windows(rsa_encryption.len()).any(|w| w == rsa_encryption), "the PKCS#8 key is in the clear");

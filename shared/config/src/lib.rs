@@ -127,7 +127,10 @@ pub struct CommonConfig {
     #[arg(long, env = "RETRY_SCHEDULE", default_value = DEFAULT_RETRY_SCHEDULE)]
     pub retry_schedule: RetrySchedule,
 
-    /// 32 bytes (base64 or 64 hex digits) that encrypt endpoint private keys at rest.
+    /// The keys that encrypt endpoint private keys at rest, comma-separated,
+    /// each 32 bytes (base64 or 64 hex digits): the first seals, every one
+    /// opens, so the key can change without an outage (README, "Rotating
+    /// the key-encryption key").
     #[arg(long, env = "KEY_ENCRYPTION_KEY", hide_env_values = true)]
     pub key_encryption_key: Option<Secret>,
 
@@ -204,7 +207,7 @@ impl CommonConfig {
         self.data_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
     }
 
-    /// The cipher for endpoint private keys; an empty `KEY_ENCRYPTION_KEY`
+    /// The cipher for endpoint private keys; a blank `KEY_ENCRYPTION_KEY`
     /// counts as unset.
     pub fn key_cipher(&self) -> Result<webhooks_keys::KeyCipher, webhooks_keys::KeyError> {
         webhooks_keys::KeyCipher::new(
@@ -290,6 +293,24 @@ mod tests {
         common(&[]).validate().unwrap();
         let short = common(&["--key-encryption-key", "c2hvcnQ="]).validate().unwrap_err();
         assert!(short.contains("KEY_ENCRYPTION_KEY"), "{short}");
+    }
+
+    #[test]
+    fn a_key_list_seals_with_its_first_key_and_a_bad_entry_is_named_by_position() {
+        let (new, old) =
+            ("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=");
+        let listed = common(&["--key-encryption-key", &format!("{new},{old}")]);
+        listed.validate().unwrap();
+        let cipher = listed.key_cipher().unwrap();
+        assert_eq!(cipher.key_ids().count(), 2);
+        assert_eq!(cipher.sealing_key().map(|id| id.to_string()).as_deref(), Some("630dcd2966c43366"));
+        let debug = format!("{listed:?} {cipher:?}");
+        for secret in [&new[..20], &old[..20]] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        let bad = common(&["--key-encryption-key", &format!("{new},{}", &old[..30])]).validate().unwrap_err();
+        assert!(bad.contains("KEY_ENCRYPTION_KEY entry 2 of 2"), "{bad}");
+        assert!(!bad.contains(&old[..30]) && !bad.contains(new), "{bad}");
     }
 
     #[test]

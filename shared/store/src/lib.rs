@@ -25,6 +25,7 @@ pub mod pace;
 mod pg;
 pub mod queue;
 mod retention;
+mod sealed_keys;
 mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
@@ -38,6 +39,7 @@ pub use events::{
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
+pub use sealed_keys::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -215,13 +217,6 @@ impl Store {
         each_backend!(self, s => s.get_endpoint(developer_id, id).await)
     }
 
-    /// The id and stored private key of the newest non-deleted endpoint, so a
-    /// dispatcher can check at start that its `KEY_ENCRYPTION_KEY` opens the
-    /// stored keys.
-    pub async fn newest_sealed_key(&self) -> StoreResult<Option<(String, Vec<u8>)>> {
-        each_backend!(self, s => s.newest_sealed_key().await)
-    }
-
     /// Endpoint `id` whatever its owner or status: what a dispatcher needs.
     pub async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
         each_backend!(self, s => s.load_endpoint(id).await)
@@ -266,6 +261,29 @@ impl Store {
     /// returns how many.
     pub async fn purge_expired_keys(&self, now: DateTime<Utc>) -> StoreResult<u64> {
         each_backend!(self, s => s.purge_expired_keys(now).await)
+    }
+
+    // Sealed private keys.
+
+    /// Up to `limit` endpoints that are not deleted, with their sealed
+    /// private keys, in id order after `after` (`""` for the first page):
+    /// the pages `keys reseal` walks.
+    pub async fn sealed_keys(&self, after: &str, limit: i64) -> StoreResult<Vec<SealedKeys>> {
+        each_backend!(self, s => s.sealed_keys(after, limit).await)
+    }
+
+    /// Writes, in one transaction, each reseal whose endpoint still holds
+    /// the blob it was made from (see [`KeyReseal`]); answers, for each in
+    /// order, whether it was written.
+    pub async fn reseal_keys(&self, reseals: &[KeyReseal]) -> StoreResult<Vec<bool>> {
+        each_backend!(self, s => s.reseal_keys(reseals).await)
+    }
+
+    /// The stored private keys of endpoints that are not deleted, grouped by
+    /// how they are sealed, in one pass over the table, with a sample or two
+    /// of each group: what delivery checks at start.
+    pub async fn sealed_key_groups(&self) -> StoreResult<Vec<SealedKeyGroup>> {
+        each_backend!(self, s => s.sealed_key_groups().await)
     }
 
     // Events and deliveries.

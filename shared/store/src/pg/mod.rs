@@ -11,6 +11,7 @@ mod idempotency;
 mod outbox;
 mod pace;
 mod retention;
+mod sealed_keys;
 mod sweep;
 mod turns;
 

@@ -200,14 +200,6 @@ impl SqliteStore {
         row.map(TryInto::try_into).transpose()
     }
 
-    pub(crate) async fn newest_sealed_key(&self) -> StoreResult<Option<(String, Vec<u8>)>> {
-        Ok(sqlx::query_as(
-            "SELECT id, private_key FROM endpoints WHERE status <> 'deleted' ORDER BY created_at DESC, id DESC LIMIT 1",
-        )
-        .fetch_optional(&self.reader)
-        .await?)
-    }
-
     pub(crate) async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
         let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
             .bind(id)

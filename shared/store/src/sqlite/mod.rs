@@ -22,6 +22,7 @@ mod events;
 mod idempotency;
 mod queue;
 mod retention;
+mod sealed_keys;
 #[cfg(test)]
 mod tests;
 
