@@ -11,7 +11,7 @@ use std::{
 use anyhow::Context;
 use url::Url;
 use webhooks_keys::{KeyCipher, signer::EndpointSigner, signer::KeySigner};
-use webhooks_model::{DeliveryOrder, EndpointStatus};
+use webhooks_model::EndpointStatus;
 use webhooks_store::Store;
 
 /// A loaded endpoint.
@@ -23,8 +23,6 @@ pub struct Endpoint {
     pub signer: EndpointSigner,
     /// Its pace: at most this many attempts per second, across dispatchers.
     pub rate_limit_per_second: Option<u32>,
-    /// Its deliveries go one at a time, in `event_sequence` order.
-    pub ordered: bool,
     loaded_at: Instant,
 }
 
@@ -91,7 +89,6 @@ impl EndpointCache {
             url,
             signer,
             rate_limit_per_second: record.rate_limit_per_second,
-            ordered: record.ordering == DeliveryOrder::Ordered,
             loaded_at: Instant::now(),
         });
         self.insert_unless_overtaken(epoch, endpoint.clone());

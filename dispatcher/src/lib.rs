@@ -10,12 +10,13 @@
 //! - [`key_check`]: at start, the stored endpoint keys open with the
 //!   configured ones;
 //! - [`cache`]: endpoints, invalidated by lifecycle messages;
-//! - [`standing`]: batched checks that a message should still be sent;
+//! - [`admission`]: batched checks that a message may be sent now;
 //! - [`slots`]: attempts in flight per endpoint, under limits that adapt;
 //! - [`run`]: the distributed dispatcher plus `/healthz`, `/readyz`,
 //!   `/metrics`, until shutdown; [`start_embedded`]: delivery inside the
 //!   standalone process.
 
+pub mod admission;
 pub mod cache;
 pub mod config;
 pub mod decide;
@@ -23,7 +24,6 @@ pub mod deliver;
 pub mod key_check;
 pub mod metrics;
 pub mod slots;
-pub mod standing;
 pub mod worker;
 
 use std::{sync::Arc, time::Duration};
@@ -135,7 +135,7 @@ async fn context(
         delivery: delivery.clone(),
         client,
         cache: EndpointCache::new(store.clone(), cipher, delivery.endpoint_cache_ttl),
-        standings: standing::Standings::spawn(store.clone(), writers),
+        admissions: admission::Admissions::spawn(store.clone(), writers),
         queue: Queue::new(store.clone(), queue_store, settings, writers),
         store,
         metrics,

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use webhooks_config::CommonConfig;
 use webhooks_model::DeliveryLog;
 use webhooks_queue::{Delivery, DeliveryMessage, Handler, Outcome, Queue};
-use webhooks_store::{AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, Store, Turn};
+use webhooks_store::{Admission, AttemptRecord, DeliveryState, StandingQuestion, Store, Turn};
 
 use crate::{
     cache::{Endpoint, EndpointCache},
@@ -30,8 +30,8 @@ pub struct Context {
     pub delivery: DeliveryConfig,
     pub client: reqwest::Client,
     pub cache: EndpointCache,
-    /// Whether a message still stands, asked in batches.
-    pub standings: crate::standing::Standings,
+    /// Whether a message may be sent now, asked in batches.
+    pub admissions: crate::admission::Admissions,
     /// For the few reads outside the cache.
     pub store: Store,
     pub queue: Queue,
@@ -51,7 +51,7 @@ impl Handler for Worker {
         let span = tracing::info_span!("delivery", event_id = %message.event_id, endpoint_id = %message.endpoint_id, attempt = message.attempt);
         async {
             let context = &self.0;
-            let decided = decide_for(context, &delivery.message, delivery.redelivered()).await;
+            let decided = decide_for(context, &delivery.message, delivery.admitted()).await;
             let done = delivery.settle(decided.outcome).await;
             context.metrics.outcome(done);
             // The endpoint answered after it was found hung: what was set
@@ -107,26 +107,23 @@ impl From<Outcome> for Decided {
     }
 }
 
-/// How young a first attempt must be to skip the standing check: far below
-/// any `SWEEP_INTERVAL`, far above the time from ingest to a dispatcher.
-const FRESH_FOR: Duration = Duration::from_secs(10);
-
-async fn decide_for(context: &Context, message: &DeliveryMessage, redelivered: bool) -> Decided {
+/// `admitted`: the queue read the delivery from the store as it handed it
+/// out, and handed it out in its turn (the embedded queue's claim).
+async fn decide_for(context: &Context, message: &DeliveryMessage, admitted: bool) -> Decided {
     let schedule = &context.common.retry_schedule;
     let received = webhooks_model::time::now();
-    // A message may have been overtaken: by `send` or the sweeper (which
-    // queue the delivery again under a new generation), by success, or by a
-    // newer attempt. Then it goes no further. Fresh first attempts skip this
-    // read (theirs is the hot path): the sweeper only queues again deliveries
-    // due for longer than `SWEEP_INTERVAL`. Unless the message comes again
-    // from a dispatcher that stopped or lost its broker connection: its
-    // attempt may be recorded already, its ack not sent.
-    if !message.is_fresh(received, FRESH_FOR) || redelivered {
+    // Whether the message may be sent now, as the store has it at the
+    // attempt: not overtaken (by `send`, a recovery or the sweeper, which
+    // queue the delivery again under a new generation; by success; by a
+    // newer attempt), and whether its endpoint is ordered now, whatever a
+    // cache says.
+    let mut ordered = false;
+    if !admitted {
         let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
         let question = StandingQuestion { delivery_id: message.delivery_id, generation: message.generation, attempt };
-        match context.standings.ask(question).await {
-            Ok(RetryStanding::Current) => {}
-            Ok(RetryStanding::Superseded) => {
+        match context.admissions.ask(question).await {
+            Ok(Admission::Go { ordered: now }) => ordered = now,
+            Ok(Admission::Superseded) => {
                 tracing::debug!("message superseded; dropped");
                 return Outcome::Dropped { why: "superseded" }.into();
             }
@@ -161,7 +158,7 @@ async fn decide_for(context: &Context, message: &DeliveryMessage, redelivered: b
 
     // An ordered endpoint's delivery goes in its turn only; one forced by
     // `send` goes at once.
-    if endpoint.ordered && !message.force {
+    if ordered && !message.force {
         match context.store.take_turn(message.delivery_id, message.generation, &endpoint.id).await {
             Ok(Turn::Go) => {}
             Ok(Turn::Wait) => {

@@ -190,6 +190,45 @@ async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     api.shutdown().await.unwrap();
 }
 
+/// An endpoint switched to ordered while a burst is on its way, by a change
+/// no dispatcher has heard of yet (written behind their backs, as a lost or
+/// late lifecycle message leaves it): whether a delivery takes its turn is
+/// read from the store at the attempt, so every retry after the switch goes
+/// in `event_sequence` order.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_switched_to_ordered_mid_burst_gets_the_rest_in_sequence() {
+    let options = ApiOptions {
+        retry_schedule: Some("1s,1s,1s".into()),
+        delivery_args: eight_slots(&["--endpoint-cache-ttl", "1h"]),
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatchers = competing_dispatchers(&api).await;
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    // Every first attempt fails: what succeeds is a retry, made after the switch.
+    receiver.reply_with(|request, before| {
+        let seen = before.iter().any(|b| b.header("x-webhook-id") == request.header("x-webhook-id"));
+        if seen { Reply::ok() } else { Reply::status(500) }
+    });
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let events = ingest_many(&api, key.developer_id(), "transfer", 20, 8).await;
+    api.execute_sql("UPDATE endpoints SET ordering = 'ordered' WHERE id = $1", &id(&endpoint)).await;
+    let mut sequences: Vec<i64> = events.iter().map(|e| e["event_sequence"].as_i64().unwrap()).collect();
+    sequences.sort_unstable();
+
+    eventually("every event delivered", WAIT, async || {
+        let delivered: HashSet<i64> = receiver.requests().iter().filter(|r| succeeded(r)).map(sequence).collect();
+        if delivered.len() == 20 { Ok(()) } else { Err(format!("{} of 20", delivered.len())) }
+    })
+    .await;
+    let delivered: Vec<i64> = receiver.requests().iter().filter(|r| succeeded(r)).map(sequence).collect();
+    assert_eq!(delivered, sequences, "the retries came out of sequence");
+
+    stop_all(std::mem::take(&mut dispatchers)).await;
+    api.shutdown().await.unwrap();
+}
+
 /// Receivers that answer 429 to every request beyond `limit` in the last
 /// second: the pace, set higher, comes down to what the receiver takes, and
 /// every event is delivered (none fails for being throttled).

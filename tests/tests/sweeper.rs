@@ -508,3 +508,72 @@ async fn stranded_deliveries_arrive_within_two_intervals_beside_a_backlog() {
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
+
+/// The stalled-turn net reaches every ordered endpoint with waiting
+/// deliveries, however many are blocked legitimately: with two endpoints per
+/// statement (`SWEEP_BATCH`) and six blocked endpoints waiting longer, the
+/// one whose head was failed behind the net's back (as the sweep limit
+/// fails one) still has its next events released and delivered, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_stalled_turn_is_released_however_many_endpoints_are_blocked() {
+    let mut options = options("1h", true);
+    options.max_endpoints = 10;
+    options.extra_args.extend(["--sweep-batch", "2"].map(String::from));
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let blocked = api.receiver().await;
+    blocked.reply_always(Reply::status(500));
+    let ordered = |url: String| serde_json::json!({ "url": url, "ordering": "ordered" });
+    let mut waiting = Vec::new();
+    for _ in 0..6 {
+        waiting.push(active_endpoint_with(&api, &key, ordered(blocked.url())).await);
+    }
+    let stalled_receiver = api.receiver().await;
+    stalled_receiver.reply_always(Reply::status(500));
+    let stalled = active_endpoint_with(&api, &key, ordered(stalled_receiver.url())).await;
+    // The first event fails everywhere and waits an hour for its retry; the
+    // next two wait for their turn, the stalled endpoint's last.
+    let first = ingest(&api, key.developer_id(), "transfer", 0).await;
+    ingest_many(&api, key.developer_id(), "transfer", 2, 1).await;
+    let pool = api.pool();
+    eventually("every endpoint's later events wait for their turn", WAIT, async || {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE state = 'waiting'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if n == 14 { Ok(()) } else { Err(format!("{n} waiting")) }
+    })
+    .await;
+    sqlx::query("UPDATE deliveries SET updated_at = now() WHERE endpoint_id = $1")
+        .bind(id(&stalled))
+        .execute(pool)
+        .await
+        .unwrap();
+    // The stalled endpoint's head is failed for good, and nothing handed the
+    // turn on.
+    stalled_receiver.reply_always(Reply::ok());
+    sqlx::query(
+        "UPDATE deliveries SET state = 'failed', next_attempt_at = NULL WHERE endpoint_id = $1 AND event_id = $2",
+    )
+    .bind(id(&stalled))
+    .bind(event_id(&first))
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let requests = stalled_receiver.wait_for(3).await.unwrap();
+    let sequences: Vec<i64> = requests
+        .iter()
+        .filter(|r| r.answered == 200)
+        .map(|r| r.json().unwrap()["event_sequence"].as_i64().unwrap())
+        .collect();
+    let head = first["event_sequence"].as_i64().unwrap();
+    assert_eq!(sequences, [head + 1, head + 2], "released in order");
+    for endpoint in &waiting {
+        assert_eq!(upcoming_ids(&api, &key, endpoint).await.len(), 3, "a blocked endpoint's turn was released");
+    }
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}

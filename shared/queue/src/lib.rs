@@ -117,13 +117,14 @@ enum Ticket {
 }
 
 impl Delivery {
-    /// Whether the queue handed this message out before without settling it
-    /// (its consumer stopped or lost its connection): its attempt may have
-    /// been made and recorded.
-    pub fn redelivered(&self) -> bool {
+    /// Whether the queue read the delivery from the store as it handed it
+    /// out, in its endpoint's turn (the embedded queue's claim): then the
+    /// message stands, and need not be asked about again. A broker's
+    /// message may have been overtaken while it waited.
+    pub fn admitted(&self) -> bool {
         match &self.ticket {
-            Ticket::Broker(ticket) => ticket.redelivered,
-            Ticket::Embedded(_) => false,
+            Ticket::Broker(_) => false,
+            Ticket::Embedded(_) => true,
         }
     }
 

@@ -10,7 +10,7 @@
 //! `#[non_exhaustive]`, and made from a [`DueDelivery`], an ingested event,
 //! or an earlier message.
 
-use std::{borrow::Cow, time::Duration};
+use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -170,12 +170,6 @@ impl DeliveryV1 {
     /// This message holding `ticket` in its endpoint's pace.
     pub fn with_pace_ticket(&self, ticket: i64) -> DeliveryV1 {
         DeliveryV1 { pace_ticket: Some(ticket), ..self.clone() }
-    }
-
-    /// Whether this first attempt is younger than `fresh_for` at `now`: a
-    /// message that fresh cannot have been overtaken by a sweep.
-    pub fn is_fresh(&self, now: DateTime<Utc>, fresh_for: Duration) -> bool {
-        self.attempt == 1 && (now - self.event_created_at).to_std().is_ok_and(|age| age < fresh_for)
     }
 }
 

@@ -67,17 +67,18 @@ pub enum Turn {
     Wait,
 }
 
-/// Whether a retry message still stands for its delivery.
+/// Whether a message still stands for its delivery, as the store has it at
+/// the attempt. (Answers a [`StandingQuestion`].)
 ///
-/// (Answers a [`StandingQuestion`].)
-///
-/// A retry of an attempt no newer than the last one recorded is `Superseded`
-/// too: a duplicate message (a broker redelivery, a retry published before a
-/// commit that failed) would otherwise fork a second retry chain.
+/// An attempt no newer than the last one recorded is `Superseded` too: a
+/// duplicate message (a broker redelivery, a retry published before a commit
+/// that failed) would otherwise fork a second retry chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryStanding {
+pub enum Admission {
     /// The delivery is still at the message's generation and not settled.
-    Current,
+    /// `ordered`: its endpoint is ordered now, whatever a cache says, so the
+    /// attempt takes its turn first.
+    Go { ordered: bool },
     /// `send` re-armed the delivery since, or it succeeded or was cancelled
     /// (or is gone): the message is dropped without an attempt.
     Superseded,

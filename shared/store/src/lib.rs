@@ -29,7 +29,7 @@ mod sealed_keys;
 mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{AttemptRecord, DeliveryState, DueDelivery, Parked, RetryStanding, StandingQuestion, Turn};
+pub use deliveries::{Admission, AttemptRecord, DeliveryState, DueDelivery, Parked, StandingQuestion, Turn};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
@@ -394,21 +394,16 @@ impl Store {
     /// Whether attempt `attempt` of `delivery_id` at `generation` (unknown:
     /// `None`) should still be made: the delivery is at that generation, not
     /// settled, and no attempt as new has been recorded.
-    pub async fn retry_standing(
-        &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        attempt: i32,
-    ) -> StoreResult<RetryStanding> {
+    pub async fn admission(&self, delivery_id: i64, generation: Option<i32>, attempt: i32) -> StoreResult<Admission> {
         let question = StandingQuestion { delivery_id, generation, attempt };
-        let mut standings = self.retry_standings(std::slice::from_ref(&question)).await?;
-        Ok(standings.pop().unwrap_or(RetryStanding::Superseded))
+        let mut admissions = self.admissions(std::slice::from_ref(&question)).await?;
+        Ok(admissions.pop().unwrap_or(Admission::Superseded))
     }
 
-    /// [`Store::retry_standing`] for several messages at once (one
-    /// statement): one answer per question, in their order.
-    pub async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
-        each_backend!(self, s => s.retry_standings(questions).await)
+    /// [`Store::admission`] for several messages at once (one statement):
+    /// one answer per question, in their order.
+    pub async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {
+        each_backend!(self, s => s.admissions(questions).await)
     }
 
     /// Whether delivery `delivery_id` (at `generation`) of the ordered

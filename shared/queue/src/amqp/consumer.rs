@@ -63,16 +63,13 @@ struct Session {
 pub struct AmqpTicket {
     tag: u64,
     session: Arc<Session>,
-    /// Handed out before and not acked: its consumer stopped, lost its
-    /// connection or requeued it.
-    pub(crate) redelivered: bool,
     settled: bool,
 }
 
 impl AmqpTicket {
     fn new(delivery: &lapin::message::Delivery, session: Arc<Session>) -> AmqpTicket {
         session.settler.received(delivery.delivery_tag);
-        AmqpTicket { tag: delivery.delivery_tag, session, redelivered: delivery.redelivered, settled: false }
+        AmqpTicket { tag: delivery.delivery_tag, session, settled: false }
     }
 
     fn fate(mut self, fate: Fate) {

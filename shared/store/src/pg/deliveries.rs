@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::{
-    AttemptRecord, DeliveryState, Parked, RetryStanding, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, DeliveryState, Parked, StandingQuestion, StoreResult,
     health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::DeliveryLog;
@@ -159,13 +159,15 @@ impl PgStore {
         Ok(())
     }
 
-    pub(crate) async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
-        let current: Vec<bool> = sqlx::query_scalar(
+    pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {
+        let answers: Vec<(bool, bool)> = sqlx::query_as(
             "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
                              AND d.state NOT IN ('succeeded', 'cancelled')
-                             AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false)
+                             AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false),
+                    coalesce(ep.ordering = 'ordered', false)
                FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
                LEFT JOIN deliveries d ON d.id = q.id
+               LEFT JOIN endpoints ep ON ep.id = d.endpoint_id
               ORDER BY q.n",
         )
         .bind(questions.iter().map(|q| q.delivery_id).collect::<Vec<_>>())
@@ -173,7 +175,10 @@ impl PgStore {
         .bind(questions.iter().map(|q| q.attempt).collect::<Vec<_>>())
         .fetch_all(&self.pool)
         .await?;
-        Ok(current.into_iter().map(|c| if c { RetryStanding::Current } else { RetryStanding::Superseded }).collect())
+        Ok(answers
+            .into_iter()
+            .map(|(current, ordered)| if current { Admission::Go { ordered } } else { Admission::Superseded })
+            .collect())
     }
 
     pub(crate) async fn list_logs(

@@ -6,7 +6,7 @@ use uuid::{Uuid, fmt::Hyphenated};
 
 use super::{SqliteStore, micros, time};
 use crate::{
-    AttemptRecord, DeliveryState, RetryStanding, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, DeliveryState, StandingQuestion, StoreResult,
     health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::DeliveryLog;
@@ -75,15 +75,16 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) async fn retry_standings(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<RetryStanding>> {
+    pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {
         // One process, one file: a statement per question costs no round trip.
         let mut reader = self.reader.acquire().await?;
         let mut standings = Vec::with_capacity(questions.len());
         for question in questions {
             // `next_attempt` is one past the last attempt recorded.
-            let current: Option<bool> = sqlx::query_scalar(
+            let answer: Option<(bool, bool)> = sqlx::query_as(
                 "SELECT ($2 IS NULL OR generation = $2) AND state NOT IN ('succeeded', 'cancelled')
-                        AND $3 >= next_attempt
+                        AND $3 >= next_attempt,
+                        coalesce((SELECT ordering = 'ordered' FROM endpoints e WHERE e.id = endpoint_id), 0)
                    FROM deliveries WHERE id = $1",
             )
             .bind(question.delivery_id)
@@ -91,7 +92,10 @@ impl SqliteStore {
             .bind(question.attempt)
             .fetch_optional(&mut *reader)
             .await?;
-            standings.push(if current == Some(true) { RetryStanding::Current } else { RetryStanding::Superseded });
+            standings.push(match answer {
+                Some((true, ordered)) => Admission::Go { ordered },
+                _ => Admission::Superseded,
+            });
         }
         Ok(standings)
     }

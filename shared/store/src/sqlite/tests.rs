@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::SqliteStore;
 use crate::{
-    AttemptRecord, Claim, DeliveryState, EndpointChange, EndpointRecord, EndpointUpdate, EventPage, IngestOutcome,
-    NewApiKey, NewEndpoint, NewEvent, RetryStanding, SendOutcome, StoreError, StoreResult, StoredResponse,
+    Admission, AttemptRecord, Claim, DeliveryState, EndpointChange, EndpointRecord, EndpointUpdate, EventPage,
+    IngestOutcome, NewApiKey, NewEndpoint, NewEvent, SendOutcome, StoreError, StoreResult, StoredResponse,
     UpdateOutcome,
 };
 use webhooks_model::{ApiKeyType, Category, ChangeKind, DeliveryLog, EndpointStatus, EventEpoch, Scope};
@@ -283,7 +283,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     );
     assert!(store.claim_due(10, 10).await.unwrap().is_empty(), "not due before its time");
     assert_eq!(store.next_due_at(true).await.unwrap(), Some(retry_at));
-    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Current);
+    assert_eq!(store.admission(delivery, Some(0), 2).await.unwrap(), Admission::Go { ordered: false });
 
     // A put-back of a delivery no longer claimed (its handler was dropped
     // at shutdown after its outcome was recorded) leaves the retry time.
@@ -314,7 +314,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     assert_eq!(sent.len(), 1);
     assert_eq!((sent[0].delivery_id, sent[0].attempt, sent[0].force, sent[0].generation), (delivery, 1, true, Some(1)));
     assert_eq!((sent[0].parks, sent[0].failures), (0, 0), "a new generation starts unparked");
-    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.admission(delivery, Some(0), 2).await.unwrap(), Admission::Superseded);
 
     // The outcome of the replaced generation is logged, and changes nothing.
     let stale = outcome(
@@ -337,7 +337,7 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     );
     store.record_attempts(&[delivered]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await, ("succeeded".into(), 1, 2, 2, false, false, None));
-    assert_eq!(store.retry_standing(delivery, Some(1), 2).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.admission(delivery, Some(1), 2).await.unwrap(), Admission::Superseded);
     assert_eq!(store.next_due_at(true).await.unwrap(), None);
     assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 3, "every attempt is logged");
 }
@@ -365,14 +365,14 @@ async fn the_state_never_goes_backwards() {
     let (state, _, attempts, next_attempt, ..) = queue_row(store, delivery).await;
     assert_eq!((state.as_str(), attempts, next_attempt), ("retrying", 2, 3), "an older attempt changed the state");
     // Its retry, attempt 2 again, is a fork of the chain: dropped.
-    assert_eq!(store.retry_standing(delivery, Some(0), 2).await.unwrap(), RetryStanding::Superseded);
-    assert_eq!(store.retry_standing(delivery, Some(0), 3).await.unwrap(), RetryStanding::Current);
+    assert_eq!(store.admission(delivery, Some(0), 2).await.unwrap(), Admission::Superseded);
+    assert_eq!(store.admission(delivery, Some(0), 3).await.unwrap(), Admission::Go { ordered: false });
 
     // Success is final within the generation: a late failure changes nothing.
     store.record_attempts(&[at(3, DeliveryState::Succeeded)]).await.unwrap();
     store.record_attempts(&[at(4, DeliveryState::Retrying)]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await.0, "succeeded");
-    assert_eq!(store.retry_standing(delivery, Some(0), 5).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.admission(delivery, Some(0), 5).await.unwrap(), Admission::Superseded);
     assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 5, "every attempt is logged");
 }
 
@@ -403,7 +403,7 @@ async fn deleting_an_endpoint_cancels_its_deliveries_for_good() {
     );
     store.record_attempts(&[late]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await.0, "cancelled");
-    assert_eq!(store.retry_standing(delivery, None, 2).await.unwrap(), RetryStanding::Superseded);
+    assert_eq!(store.admission(delivery, None, 2).await.unwrap(), Admission::Superseded);
 }
 
 #[tokio::test]
@@ -637,13 +637,8 @@ impl SqliteStore {
         self.ingest_events(&[event]).await?.pop().expect("one outcome per event")
     }
 
-    async fn retry_standing(
-        &self,
-        delivery_id: i64,
-        generation: Option<i32>,
-        attempt: i32,
-    ) -> StoreResult<RetryStanding> {
+    async fn admission(&self, delivery_id: i64, generation: Option<i32>, attempt: i32) -> StoreResult<Admission> {
         let question = crate::StandingQuestion { delivery_id, generation, attempt };
-        Ok(self.retry_standings(&[question]).await?.pop().expect("one answer per question"))
+        Ok(self.admissions(&[question]).await?.pop().expect("one answer per question"))
     }
 }
