@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod operator;
 pub mod rate_limit;
+pub mod recoveries;
 pub mod reseal;
 pub mod routes;
 pub mod server;
@@ -168,6 +169,13 @@ async fn serve(
         }
     };
     let ingester = ingest::Ingester::spawn(store.clone(), producer.clone(), metrics.clone(), &tasks);
+    let recoveries = recoveries::Recoveries::start(
+        store.clone(),
+        producer.clone(),
+        config.recovery_batch,
+        &tasks,
+        background.clone(),
+    );
     let state = AppState {
         config: Arc::new(config.clone()),
         store: store.clone(),
@@ -177,11 +185,10 @@ async fn serve(
         metrics,
         producer,
         ingester,
+        recoveries,
         delivery_metrics,
         rate_limit: rate_limit::RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst).map(Arc::new),
         fair_share: rate_limit::RateLimit::new(config.fair_share_per_second, config.fair_share_burst).map(Arc::new),
-        tasks: tasks.clone(),
-        stopping: background.clone(),
     };
     tasks.spawn(housekeeping(store.clone(), config.clone(), state.producer.clone(), background.clone()));
     tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));

@@ -306,7 +306,7 @@ and an unknown path 404 `not_found`.",
     paths(
         api_keys::whoami, api_keys::create, api_keys::list, api_keys::remove,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
-        webhooks::rotate_key, webhooks::recover,
+        webhooks::rotate_key, webhooks::recover, webhooks::show_recovery,
         events::upcoming, events::logs, events::send, events::list,
         crate::ingest::ingest, crate::internal::healthz, crate::internal::readyz, crate::internal::metrics,
     ),

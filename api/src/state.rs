@@ -23,6 +23,8 @@ pub struct AppState {
     pub producer: webhooks_queue::Producer,
     /// Stores ingested events in batches.
     pub ingester: crate::ingest::Ingester,
+    /// Runs the recoveries, under a budget of their own.
+    pub recoveries: crate::recoveries::Recoveries,
     /// The metrics of in-process delivery (standalone mode), served with the API's.
     pub delivery_metrics: Option<Arc<dispatcher::metrics::Metrics>>,
     /// The per-developer request limit, unless switched off.
@@ -30,8 +32,4 @@ pub struct AppState {
     /// Each developer's fair share of the default work queue, unless
     /// switched off.
     pub fair_share: Option<Arc<RateLimit>>,
-    /// Work a request starts and does not wait for (a recovery's batches):
-    /// the process waits for it at shutdown, and `stopping` tells it to end.
-    pub tasks: tokio_util::task::TaskTracker,
-    pub stopping: tokio_util::sync::CancellationToken,
 }

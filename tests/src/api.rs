@@ -679,6 +679,30 @@ impl TestApi {
         self.data_dir.is_some()
     }
 
+    /// Stops the instance as SIGTERM does and starts it again on the same
+    /// database (or `DATA_DIR`) and settings, on new ports; ready when this
+    /// returns.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await?;
+        let listeners = api::Listeners {
+            public: TcpListener::bind("127.0.0.1:0").await?,
+            internal: TcpListener::bind("127.0.0.1:0").await?,
+        };
+        (self.public, self.internal) = (listeners.public.local_addr()?, listeners.internal.local_addr()?);
+        self.shutdown = CancellationToken::new();
+        let running = match &self.queue_store {
+            QueueStore::Outbox(_) => tokio::spawn(api::run(self.config.clone(), listeners, self.shutdown.clone())),
+            QueueStore::Table(_) => tokio::spawn(api::run_standalone_without_delivery(
+                self.config.clone(),
+                (self.store.clone(), self.queue_store.clone()),
+                listeners,
+                self.shutdown.clone(),
+            )),
+        };
+        self.running = Some(running);
+        self.wait_ready().await
+    }
+
     /// Cancels the shutdown token and waits for `api::run` to return its result.
     pub async fn stop(&mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();

@@ -75,9 +75,10 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
 
     // Once delivered, the same window has nothing left to queue.
     eventually("the recovered deliveries succeed", WAIT, async || {
-        match recover(&api, &key, &webhook, window.clone()).await {
-            0 => Ok(()),
-            n => Err(format!("{n} still recoverable")),
+        let answer = api.post(&format!("/webhooks/{}/recover", id(&webhook)), &key, &window).await;
+        match (answer.status, answer.json["queued"].as_u64()) {
+            (202, Some(0)) => Ok(()),
+            (status, _) => Err(format!("{status}: {}", answer.text())),
         }
     })
     .await;
@@ -110,6 +111,87 @@ async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     let mut dispatcher = api.start_dispatcher().await.unwrap();
     let ids: Vec<String> = events.iter().map(event_id).collect();
     wait_for_events(&receiver, &ids, WAIT * 4).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), EVENTS, "some event came twice");
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+/// The recovery of an endpoint whose window is `since` `started` a second
+/// ago, up to now, in batches of ten events.
+fn since(started: chrono::DateTime<chrono::Utc>) -> Value {
+    json!({ "since": webhooks_model::time::format(&(started - chrono::Duration::seconds(1))) })
+}
+
+fn batches_of_ten() -> ApiOptions {
+    ApiOptions { extra_args: vec!["--recovery-batch".into(), "10".into()], ..ApiOptions::default() }
+}
+
+/// One recovery runs per endpoint: a second call while it runs answers 409
+/// naming it, and `GET …/recover` shows how far it got, then that it is done.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_recovery_runs_per_endpoint_and_its_progress_is_shown() {
+    let api = TestApi::start_with(batches_of_ten()).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let path = format!("/webhooks/{}/recover", id(&webhook));
+    api.get(&path, &key).await.expect_error(404, "not_found");
+    let started = webhooks_model::time::now();
+    ingest_many(&api, key.developer_id(), "customer", 300, 16).await;
+
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, 300);
+    let running = api.get(&path, &key).await.expect(200).clone();
+    assert_eq!((running["status"].as_str(), running["total"].as_i64()), (Some("running"), Some(300)), "{running}");
+    let refused = api.post(&path, &key, &since(started)).await;
+    let body = refused.expect_error(409, "invalid_state");
+    let named = running["id"].as_str().unwrap();
+    assert!(body["message"].as_str().is_some_and(|m| m.contains(named)), "the running recovery is not named: {body}");
+
+    let done = eventually("the recovery is done", WAIT, async || {
+        let shown = api.get(&path, &key).await.expect(200).clone();
+        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await;
+    assert_eq!((done["id"].as_str(), done["queued"].as_i64()), (Some(named), Some(300)), "{done}");
+    assert!(done["finished_at"].is_string(), "{done}");
+    // Queued and not delivered yet (no dispatcher): nothing left to recover.
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, 0);
+    let reader = api.key_for(key.developer_id(), &[webhooks_model::Scope::WebhooksRead]).await;
+    api.get(&path, &reader).await.expect(200);
+    api.get(&path, &api.new_developer().await).await.expect_error(404, "not_found");
+
+    api.shutdown().await.unwrap();
+}
+
+/// A recovery the API stops in the middle of (as on SIGTERM) goes on after
+/// its restart from where it was, and queues every delivery it counted once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
+    const EVENTS: usize = 500;
+    let mut api = TestApi::start_with(batches_of_ten()).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let started = webhooks_model::time::now();
+    let events = ingest_many(&api, key.developer_id(), "customer", EVENTS, 16).await;
+
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, EVENTS as u64);
+    api.stop().await.unwrap();
+    let cut = api.store.latest_recovery(&id(&webhook)).await.unwrap().unwrap();
+    assert!(cut.running && cut.queued < EVENTS as i64, "the stop came after the recovery: {cut:?}");
+
+    api.restart().await.unwrap();
+    let path = format!("/webhooks/{}/recover", id(&webhook));
+    let done = eventually("the recovery goes on to the end", WAIT, async || {
+        let shown = api.get(&path, &key).await.expect(200).clone();
+        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await;
+    assert_eq!(done["queued"].as_i64(), Some(EVENTS as i64), "{done}");
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+    wait_for_events(&receiver, &ids, WAIT).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(receiver.count(), EVENTS, "some event came twice");
     dispatcher.stop().await.unwrap();

@@ -8,8 +8,10 @@ use webhooks_model::{
     Category, DeliveryOrder, EndpointStatus, EventEpoch, List, RATE_LIMIT_RANGE, Scope, SignatureScheme, Webhook, ids,
 };
 use webhooks_net::{guard as net, guard::parse_target_url, tls};
+use uuid::Uuid;
 use webhooks_store::{
-    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, RecoveryWindow, ReplacementKey, UpdateOutcome,
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, NewRecovery, Recovery, RecoveryStart, RecoveryWindow,
+    ReplacementKey, UpdateOutcome,
 };
 
 use crate::{
@@ -36,7 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/webhooks", get(list).post(create))
         .route("/webhooks/{id}", get(show).put(update).delete(remove))
         .route("/webhooks/{id}/rotate_key", axum::routing::post(rotate_key))
-        .route("/webhooks/{id}/recover", axum::routing::post(recover))
+        .route("/webhooks/{id}/recover", get(show_recovery).post(recover))
 }
 
 /// Body of `POST /v0/webhooks`.
@@ -441,9 +443,6 @@ pub struct Recovering {
     pub queued: u64,
 }
 
-/// Events a recovery queues per transaction.
-const RECOVERY_BATCH: i64 = 500;
-
 /// Queues again every failed or upcoming delivery of a time window.
 ///
 /// Needs `webhooks:write`. Every event of the window meant for the endpoint
@@ -452,9 +451,12 @@ const RECOVERY_BATCH: i64 = 500;
 /// `send` queues one: an attempt now, whatever the endpoint's status, then
 /// the retry schedule. Deliveries already pending or retrying are left
 /// alone, so no event is queued twice. Answers at once with the count; the
-/// deliveries are queued in the background, in batches of 500 events, oldest
-/// first. Should the process stop half-way, the same call again queues what
-/// is left (and nothing twice).
+/// deliveries are queued in the background, in batches (`RECOVERY_BATCH`
+/// events, 500 by default), oldest first. The recovery's progress is stored
+/// with each batch: a stop of the process, or an error, pauses it, and
+/// whichever API process is running takes it up where it was. One recovery
+/// runs per endpoint at a time: while one runs, another answers 409
+/// `invalid_state` naming it; `GET …/recover` shows its progress.
 #[utoipa::path(post, path = "/v0/webhooks/{id}/recover", tag = "webhooks", operation_id = "recoverWebhook",
     params(EndpointId, IdempotencyKey),
     request_body = RecoverWindow,
@@ -464,6 +466,7 @@ const RECOVERY_BATCH: i64 = 500;
         (status = 400, description = "`invalid`/`required` body field (not a time), or `Idempotency-Key` missing or malformed; a window that ends before it starts is empty (`queued: 0`)", body = ErrorBody),
         (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
         (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
+        (status = 409, description = "`invalid_state`: a recovery of this endpoint is running (the message names it)", body = ErrorBody),
     ))]
 pub async fn recover(
     State(state): State<AppState>,
@@ -477,40 +480,109 @@ pub async fn recover(
     // empty: nothing to queue.
     let until = body.until.unwrap_or_else(webhooks_model::time::now);
     let window = RecoveryWindow { since: body.since, until };
-    let queued = state.store.recoverable(&endpoint, window).await?;
-    tracing::info!(endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");
-    if queued > 0 {
-        state.tasks.spawn(queue_window(state.clone(), endpoint, window));
+    // One at a time: refused before the window is counted.
+    if let Some(running) = state.store.latest_recovery(&endpoint.id).await?.filter(|r| r.running) {
+        return Err(running_already(&running));
     }
-    Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })))
+    let queued = state.recoveries.count(&endpoint, window).await?;
+    if queued == 0 {
+        return Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })));
+    }
+    let new = NewRecovery {
+        id: Uuid::now_v7(),
+        endpoint_id: endpoint.id.clone(),
+        developer_id: endpoint.developer_id,
+        window,
+        total: i64::try_from(queued).unwrap_or(i64::MAX),
+        api_key_id: Some(caller.key.id),
+    };
+    match state.store.start_recovery(&new).await? {
+        RecoveryStart::Started(recovery) => {
+            tracing::info!(recovery_id = %recovery.id, endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");
+            state.recoveries.wake();
+            Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })))
+        }
+        RecoveryStart::Running(running) => Err(running_already(&running)),
+    }
 }
 
-/// A recovery's batches, oldest events first, each one transaction; stops
-/// early at shutdown (the rest can be recovered again).
-async fn queue_window(state: AppState, endpoint: EndpointRecord, window: RecoveryWindow) {
-    let mut after = 0;
-    let mut queued = 0;
-    loop {
-        if state.stopping.is_cancelled() {
-            tracing::warn!(endpoint_id = %endpoint.id, queued, "recovery stopped by shutdown; recover again for the rest");
-            return;
-        }
-        match state.store.recover_batch(&endpoint, window, after, RECOVERY_BATCH).await {
-            Ok(batch) => {
-                queued += batch.queued;
-                if batch.queued > 0 {
-                    state.producer.wake();
-                }
-                match batch.last_sequence {
-                    Some(last) => after = last,
-                    None => break,
-                }
-            }
-            Err(error) => {
-                tracing::warn!(endpoint_id = %endpoint.id, %error, queued, "recovery failed; recover again for the rest");
-                return;
-            }
+fn running_already(running: &Recovery) -> ApiError {
+    ApiError::InvalidState(format!(
+        "a recovery of this endpoint is running ({}, since {}, until {}, {} of {} queued); \
+         GET /v0/webhooks/{}/recover shows its progress",
+        running.id,
+        webhooks_model::time::format(&running.window.since),
+        webhooks_model::time::format(&running.window.until),
+        running.queued,
+        running.total,
+        running.endpoint_id
+    ))
+}
+
+/// A recovery of an endpoint, as `GET /v0/webhooks/{id}/recover` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecoveryStatus {
+    pub id: Uuid,
+    /// `running` while it queues, then `done`.
+    #[schema(example = "running")]
+    pub status: &'static str,
+    /// The window: events created at or after `since`, before `until`.
+    #[serde(serialize_with = "webhooks_model::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub since: chrono::DateTime<chrono::Utc>,
+    #[serde(serialize_with = "webhooks_model::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub until: chrono::DateTime<chrono::Utc>,
+    /// The deliveries it was counted to queue when it started (the
+    /// `queued` its `POST` answered).
+    pub total: i64,
+    /// The deliveries it queued so far (fewer than `total` when some were
+    /// pending or delivered meanwhile).
+    pub queued: i64,
+    #[serde(serialize_with = "webhooks_model::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    #[serde(serialize_with = "webhooks_model::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+    #[serde(serialize_with = "webhooks_model::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<Recovery> for RecoveryStatus {
+    fn from(recovery: Recovery) -> RecoveryStatus {
+        RecoveryStatus {
+            id: recovery.id,
+            status: if recovery.running { "running" } else { "done" },
+            since: recovery.window.since,
+            until: recovery.window.until,
+            total: recovery.total,
+            queued: recovery.queued,
+            created_at: recovery.created_at,
+            updated_at: recovery.updated_at,
+            finished_at: recovery.finished_at,
         }
     }
-    tracing::info!(endpoint_id = %endpoint.id, queued, "recovery queued");
+}
+
+/// The endpoint's latest recovery and how far it got.
+///
+/// Needs `webhooks:read`. 404 `not_found` when the endpoint has none.
+#[utoipa::path(get, path = "/v0/webhooks/{id}/recover", tag = "webhooks", operation_id = "showRecovery",
+    params(EndpointId),
+    responses(
+        (status = 200, description = "The latest recovery", body = RecoveryStatus),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such endpoint, or it was never recovered", body = ErrorBody),
+    ))]
+pub async fn show_recovery(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<RecoveryStatus>> {
+    caller.require(Scope::WebhooksRead)?;
+    let endpoint = find(&state, &caller, &id).await?;
+    let recovery = state.store.latest_recovery(&endpoint.id).await?.ok_or(ApiError::NotFound)?;
+    Ok(axum::Json(recovery.into()))
 }

@@ -98,7 +98,7 @@ pub struct EventPage<'a> {
 
 /// A time window of recovery (API.md §8.6): events created at or after
 /// `since` and before `until`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoveryWindow {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,
@@ -106,12 +106,12 @@ pub struct RecoveryWindow {
 
 /// What one batch of a recovery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecoveryBatch {
+pub(crate) struct RecoveryBatch {
     /// Deliveries queued by this batch.
-    pub queued: u64,
+    pub(crate) queued: u64,
     /// The sequence of the last event the batch looked at; `None` when it
     /// found none: the window is done.
-    pub last_sequence: Option<i64>,
+    pub(crate) last_sequence: Option<i64>,
 }
 
 /// How `send` ended.

@@ -24,6 +24,7 @@ pub mod open;
 pub mod pace;
 mod pg;
 pub mod queue;
+mod recoveries;
 mod retention;
 mod sealed_keys;
 mod sqlite;
@@ -34,12 +35,15 @@ pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
 pub use events::{
-    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow, SendOutcome,
+    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
     StoredEvent, UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
+pub use recoveries::{NewRecovery, Recovery, RecoveryStart, RecoveryStep};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
 pub use sealed_keys::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys};
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -366,18 +370,48 @@ impl Store {
         each_backend!(self, s => s.recoverable(endpoint, window).await)
     }
 
-    /// Queues, in one transaction, the recoverable deliveries among the
-    /// next `limit` events of the window after event sequence `after` (as
-    /// `send` does: one forced attempt, a new generation). A delivery that is
-    /// pending or retrying is left alone, so nothing is queued twice.
-    pub async fn recover_batch(
+    /// Starts a recovery, unless another of the endpoint is running: then
+    /// that one.
+    pub async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        each_backend!(self, s => s.start_recovery(new).await)
+    }
+
+    /// The endpoint's latest recovery, running or not.
+    pub async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
+        each_backend!(self, s => s.latest_recovery(endpoint_id).await)
+    }
+
+    /// Takes up to `limit` running recoveries for `owner` (an API process)
+    /// for `lease`: those it holds already, and those nobody holds or whose
+    /// holder's lease lapsed (it stopped).
+    pub async fn claim_recoveries(&self, owner: Uuid, lease: Duration, limit: i64) -> StoreResult<Vec<Recovery>> {
+        each_backend!(self, s => s.claim_recoveries(owner, lease, limit).await)
+    }
+
+    /// Queues the next `batch` events of `recovery`'s window (as `send`
+    /// does, skipping deliveries already pending or retrying) and moves its
+    /// progress on, in one transaction, renewing `owner`'s lease; finishes
+    /// it once the window is done or its endpoint is gone. Nothing, and
+    /// `done`, when `owner` no longer holds it.
+    pub async fn recovery_step(
         &self,
-        endpoint: &EndpointRecord,
-        window: RecoveryWindow,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<RecoveryBatch> {
-        each_backend!(self, s => s.recover_batch(endpoint, window, after, limit).await)
+        recovery: &Recovery,
+        owner: Uuid,
+        batch: i64,
+        lease: Duration,
+    ) -> StoreResult<RecoveryStep> {
+        each_backend!(self, s => s.recovery_step(recovery, owner, batch, lease).await)
+    }
+
+    /// Notes why a batch of the recovery failed; it is tried again.
+    pub async fn recovery_failed(&self, id: Uuid, error: &str) -> StoreResult<()> {
+        each_backend!(self, s => s.recovery_failed(id, error).await)
+    }
+
+    /// Lets go of what `owner` holds, for another process (or its next
+    /// start) to take at once.
+    pub async fn release_recoveries(&self, owner: Uuid) -> StoreResult<()> {
+        each_backend!(self, s => s.release_recoveries(owner).await)
     }
 
     /// Writes a batch of outcomes in one transaction: the log rows, then the

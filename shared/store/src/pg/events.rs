@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow,
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, events::RecoveryBatch,
     SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
 };
 use webhooks_model::EventEpoch;
@@ -296,13 +296,20 @@ impl PgStore {
         Ok(u64::try_from(count).unwrap_or_default())
     }
 
-    pub(crate) async fn recover_batch(
-        &self,
-        endpoint: &EndpointRecord,
-        window: RecoveryWindow,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<RecoveryBatch> {
+}
+
+/// Queues, in the caller's transaction, the recoverable deliveries among the
+/// next `limit` events of the window after event sequence `after` (as `send`
+/// does: one forced attempt, a new generation, in the bulk lane). A delivery
+/// that is pending or retrying is left alone, so nothing is queued twice.
+pub(super) async fn recover_batch(
+    tx: &mut sqlx::PgConnection,
+    endpoint: &EndpointRecord,
+    window: RecoveryWindow,
+    after: i64,
+    limit: i64,
+) -> StoreResult<RecoveryBatch> {
+    {
         let (queued, last_sequence): (i64, Option<i64>) = sqlx::query_as(&format!(
             "WITH scanned AS ({SCANNED}),
                   wanted AS ({WANTED}),
@@ -332,7 +339,7 @@ impl PgStore {
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
         .bind(limit)
-        .fetch_one(&self.pool)
+        .fetch_one(tx)
         .await?;
         Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
     }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{SqliteStore, json_list, micros, time};
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryBatch, RecoveryWindow,
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, events::RecoveryBatch,
     SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
 };
 use webhooks_model::EventEpoch;
@@ -212,14 +212,19 @@ impl SqliteStore {
         Ok(u64::try_from(count).unwrap_or_default())
     }
 
-    pub(crate) async fn recover_batch(
-        &self,
-        endpoint: &EndpointRecord,
-        window: RecoveryWindow,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<RecoveryBatch> {
-        let mut tx = self.begin().await?;
+}
+
+/// Queues, in the caller's transaction, the recoverable deliveries among the
+/// next `limit` events of the window after event sequence `after` (see the
+/// PostgreSQL store's `recover_batch`).
+pub(super) async fn recover_batch(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    endpoint: &EndpointRecord,
+    window: RecoveryWindow,
+    after: i64,
+    limit: i64,
+) -> StoreResult<RecoveryBatch> {
+    {
         let now = micros(webhooks_model::time::now());
         // The window's next events, each marked whether it is to be queued;
         // the last one's sequence is where the next batch starts.
@@ -237,7 +242,7 @@ impl SqliteStore {
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(micros(endpoint.created_at))
         .bind(limit)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut **tx)
         .await?;
         let last_sequence = scanned.last().map(|row| row.2);
         let wanted = scanned.into_iter().filter(|row| row.3);
@@ -260,12 +265,10 @@ impl SqliteStore {
             .bind(created_at)
             .bind(now)
             .bind(sequence)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?
             .rows_affected();
         }
-        tx.commit().await?;
-        self.work.notify_one();
         Ok(RecoveryBatch { queued, last_sequence })
     }
 }

@@ -21,6 +21,7 @@ mod endpoints;
 mod events;
 mod idempotency;
 mod queue;
+mod recoveries;
 mod retention;
 mod sealed_keys;
 #[cfg(test)]

@@ -1,0 +1,144 @@
+//! The recovery worker of every API process: it takes the running
+//! recoveries nobody holds (its own, those of a process that stopped) and
+//! queues their windows batch after batch, each batch one transaction that
+//! also stores the progress, so a stop or an error loses nothing and queues
+//! nothing twice.
+//!
+//! Recovery work has a budget of its own: one statement at a time per
+//! process (the count a `POST …/recover` answers with included), and after
+//! each batch a pause at least as long as the batch took. However many
+//! recoveries run, they hold one of the process's database connections at
+//! most half of the time, and ingest keeps the rest.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use uuid::Uuid;
+use webhooks_queue::Producer;
+use webhooks_store::{EndpointRecord, Recovery, RecoveryWindow, Store, StoreResult};
+
+/// How long a process holds a recovery it works on without renewing it; a
+/// process that stopped leaves its recoveries to another after this.
+const LEASE: Duration = Duration::from_secs(30);
+/// How often the worker looks for recoveries when nothing woke it.
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+/// Recoveries taken at once; they go a batch each in turn.
+const AT_ONCE: i64 = 32;
+/// The least pause between two batches.
+const PAUSE: Duration = Duration::from_millis(20);
+
+/// The recovery worker's handle: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Recoveries {
+    store: Store,
+    budget: Arc<Semaphore>,
+    wake: Arc<Notify>,
+}
+
+impl Recoveries {
+    /// Starts the worker on `tasks` until `shutdown`, queueing `batch`
+    /// events per transaction; `producer` is told when something was queued.
+    pub fn start(
+        store: Store,
+        producer: Producer,
+        batch: u32,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Recoveries {
+        let recoveries = Recoveries { store, budget: Arc::new(Semaphore::new(1)), wake: Arc::default() };
+        let worker = Worker { recoveries: recoveries.clone(), producer, owner: Uuid::new_v4(), batch: i64::from(batch) };
+        tasks.spawn(worker.run(shutdown));
+        recoveries
+    }
+
+    /// How many deliveries a recovery of `window` would queue, counted under
+    /// the recovery budget.
+    pub async fn count(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+        let _turn = self.budget.acquire().await;
+        self.store.recoverable(endpoint, window).await
+    }
+
+    /// A recovery was started: take it now rather than at the next look.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+struct Worker {
+    recoveries: Recoveries,
+    producer: Producer,
+    /// This process, as the holder of the recoveries it works on.
+    owner: Uuid,
+    batch: i64,
+}
+
+impl Worker {
+    async fn run(self, shutdown: CancellationToken) {
+        let store = &self.recoveries.store;
+        'work: loop {
+            let held = match store.claim_recoveries(self.owner, LEASE, AT_ONCE).await {
+                Ok(held) => held,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot take recoveries; looking again");
+                    Vec::new()
+                }
+            };
+            if held.is_empty() {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = self.recoveries.wake.notified() => {}
+                    () = tokio::time::sleep(LOOK_EVERY) => {}
+                }
+                continue;
+            }
+            // A batch of each in turn, until each is done or the next take
+            // renews the leases.
+            let mut running = held;
+            let renew_at = tokio::time::Instant::now() + LEASE / 3;
+            while !running.is_empty() && tokio::time::Instant::now() < renew_at {
+                let mut still = Vec::with_capacity(running.len());
+                for recovery in running {
+                    if shutdown.is_cancelled() {
+                        break 'work;
+                    }
+                    if !self.step(&recovery).await {
+                        still.push(recovery);
+                    }
+                }
+                running = still;
+            }
+        }
+        if let Err(error) = store.release_recoveries(self.owner).await {
+            tracing::warn!(%error, "cannot let go of the recoveries under way; another process takes them later");
+        }
+    }
+
+    /// One batch of `recovery`, under the budget, then the pause; whether
+    /// it is done.
+    async fn step(&self, recovery: &Recovery) -> bool {
+        let started = tokio::time::Instant::now();
+        let stepped = {
+            let _turn = self.recoveries.budget.acquire().await;
+            self.recoveries.store.recovery_step(recovery, self.owner, self.batch, LEASE).await
+        };
+        let done = match stepped {
+            Ok(step) => {
+                if step.queued > 0 {
+                    self.producer.wake();
+                }
+                if step.done {
+                    tracing::info!(recovery_id = %recovery.id, endpoint_id = %recovery.endpoint_id, "recovery done");
+                }
+                step.done
+            }
+            Err(error) => {
+                tracing::warn!(%error, recovery_id = %recovery.id, "a recovery batch failed; trying again");
+                let _ = self.recoveries.store.recovery_failed(recovery.id, &error.to_string()).await;
+                false
+            }
+        };
+        tokio::time::sleep(started.elapsed().max(PAUSE)).await;
+        done
+    }
+}

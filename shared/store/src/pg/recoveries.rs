@@ -1,0 +1,189 @@
+//! Recoveries on PostgreSQL (see `recoveries.rs`): a job row per recovery,
+//! one running per endpoint (a unique index), held by one API process at a
+//! time through a lease it renews with each batch.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::PgStore;
+use crate::{
+    NewRecovery, Recovery, RecoveryStart, RecoveryStep, RecoveryWindow, StoreError, StoreResult, events::RecoveryBatch,
+};
+
+/// The unique index that allows one running recovery per endpoint.
+const ONE_RUNNING: &str = "recoveries_one_running";
+
+const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, last_error,
+                       created_at, updated_at, finished_at";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Uuid,
+    endpoint_id: String,
+    developer_id: Uuid,
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
+    state: String,
+    total: Option<i64>,
+    queued: i64,
+    after_sequence: i64,
+    last_error: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<Row> for Recovery {
+    fn from(row: Row) -> Recovery {
+        Recovery {
+            id: row.id,
+            endpoint_id: row.endpoint_id,
+            developer_id: row.developer_id,
+            window: RecoveryWindow { since: row.since, until: row.until },
+            running: row.state == "running",
+            total: row.total.unwrap_or_default(),
+            queued: row.queued,
+            after_sequence: row.after_sequence,
+            last_error: row.last_error,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            finished_at: row.finished_at,
+        }
+    }
+}
+
+impl PgStore {
+    pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        let started: Result<Row, sqlx::Error> = sqlx::query_as(&format!(
+            "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
+                                     created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, now(), now())
+             RETURNING {COLUMNS}"
+        ))
+        .bind(new.id)
+        .bind(&new.endpoint_id)
+        .bind(new.developer_id)
+        .bind(new.window.since)
+        .bind(new.window.until)
+        .bind(new.total)
+        .bind(new.api_key_id)
+        .fetch_one(&self.pool)
+        .await;
+        match started {
+            Ok(row) => Ok(RecoveryStart::Started(row.into())),
+            Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(ONE_RUNNING) => {
+                let running: Option<Row> = sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 AND state = 'running'"
+                ))
+                .bind(&new.endpoint_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                // Finished in between: a retry of the call starts one.
+                running
+                    .map(|row| RecoveryStart::Running(row.into()))
+                    .ok_or_else(|| StoreError::Corrupt("a running recovery ended while another started".into()))
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
+        ))
+        .bind(endpoint_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn claim_recoveries(&self, owner: Uuid, lease: Duration, limit: i64) -> StoreResult<Vec<Recovery>> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "UPDATE recoveries SET owner = $1, lease_until = now() + make_interval(secs => $2)
+              WHERE id IN (SELECT id FROM recoveries
+                            WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < now())
+                            ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+              RETURNING {COLUMNS}"
+        ))
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn recovery_step(
+        &self,
+        recovery: &Recovery,
+        owner: Uuid,
+        batch: i64,
+        lease: Duration,
+    ) -> StoreResult<RecoveryStep> {
+        let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
+        let mut tx = self.pool.begin().await?;
+        let held: Option<i64> = sqlx::query_scalar(
+            "SELECT after_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
+        )
+        .bind(recovery.id)
+        .bind(owner)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(after) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let done = match endpoint {
+            // Deleted since: nothing more to queue.
+            None => RecoveryBatch { queued: 0, last_sequence: None },
+            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, after, batch).await?,
+        };
+        match done.last_sequence {
+            Some(last) => {
+                sqlx::query(
+                    "UPDATE recoveries SET after_sequence = $2, queued = queued + $3, last_error = NULL,
+                            lease_until = now() + make_interval(secs => $4), updated_at = now()
+                      WHERE id = $1",
+                )
+                .bind(recovery.id)
+                .bind(last)
+                .bind(i64::try_from(done.queued).unwrap_or(i64::MAX))
+                .bind(lease.as_secs_f64())
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query(
+                    "UPDATE recoveries SET state = 'done', owner = NULL, lease_until = NULL, last_error = NULL,
+                            updated_at = now(), finished_at = now()
+                      WHERE id = $1",
+                )
+                .bind(recovery.id)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        if done.queued > 0 {
+            // A relay in another process publishes them at the commit.
+            sqlx::query("SELECT pg_notify($1, '')").bind(super::OUTBOX_CHANNEL).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(RecoveryStep { queued: done.queued, done: done.last_sequence.is_none() })
+    }
+
+    pub(crate) async fn recovery_failed(&self, id: Uuid, error: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE recoveries SET last_error = $2, updated_at = now() WHERE id = $1")
+            .bind(id)
+            .bind(error)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn release_recoveries(&self, owner: Uuid) -> StoreResult<()> {
+        sqlx::query("UPDATE recoveries SET owner = NULL, lease_until = NULL WHERE owner = $1 AND state = 'running'")
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

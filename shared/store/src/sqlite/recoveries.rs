@@ -1,0 +1,191 @@
+//! Recoveries on SQLite (see `recoveries.rs`). One process holds the data
+//! directory: a lease only matters across its restarts, and the write lock
+//! makes one running recovery per endpoint.
+
+use std::time::Duration;
+
+use uuid::{Uuid, fmt::Hyphenated};
+
+use super::{SqliteStore, micros, time};
+use crate::{
+    NewRecovery, Recovery, RecoveryStart, RecoveryStep, RecoveryWindow, StoreError, StoreResult, events::RecoveryBatch,
+};
+
+const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, last_error,
+                       created_at, updated_at, finished_at";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Hyphenated,
+    endpoint_id: String,
+    developer_id: Hyphenated,
+    since: i64,
+    until: i64,
+    state: String,
+    total: Option<i64>,
+    queued: i64,
+    after_sequence: i64,
+    last_error: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    finished_at: Option<i64>,
+}
+
+impl TryFrom<Row> for Recovery {
+    type Error = StoreError;
+    fn try_from(row: Row) -> Result<Recovery, StoreError> {
+        Ok(Recovery {
+            id: row.id.into_uuid(),
+            endpoint_id: row.endpoint_id,
+            developer_id: row.developer_id.into_uuid(),
+            window: RecoveryWindow { since: time(row.since)?, until: time(row.until)? },
+            running: row.state == "running",
+            total: row.total.unwrap_or_default(),
+            queued: row.queued,
+            after_sequence: row.after_sequence,
+            last_error: row.last_error,
+            created_at: time(row.created_at)?,
+            updated_at: time(row.updated_at)?,
+            finished_at: row.finished_at.map(time).transpose()?,
+        })
+    }
+}
+
+fn now() -> i64 {
+    micros(webhooks_model::time::now())
+}
+
+impl SqliteStore {
+    pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        let mut tx = self.begin().await?;
+        let running: Option<Row> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 AND state = 'running'"))
+                .bind(&new.endpoint_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(running) = running {
+            return Ok(RecoveryStart::Running(running.try_into()?));
+        }
+        let row: Row = sqlx::query_as(&format!(
+            "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
+                                     created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)
+             RETURNING {COLUMNS}"
+        ))
+        .bind(new.id.hyphenated())
+        .bind(&new.endpoint_id)
+        .bind(new.developer_id.hyphenated())
+        .bind(micros(new.window.since))
+        .bind(micros(new.window.until))
+        .bind(new.total)
+        .bind(new.api_key_id.map(|id| id.hyphenated()))
+        .bind(now())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(RecoveryStart::Started(row.try_into()?))
+    }
+
+    pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
+        ))
+        .bind(endpoint_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    pub(crate) async fn claim_recoveries(&self, owner: Uuid, lease: Duration, limit: i64) -> StoreResult<Vec<Recovery>> {
+        let now = now();
+        let until = now + i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "UPDATE recoveries SET owner = $1, lease_until = $3
+              WHERE id IN (SELECT id FROM recoveries
+                            WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < $2)
+                            ORDER BY created_at LIMIT $4)
+              RETURNING {COLUMNS}"
+        ))
+        .bind(owner.hyphenated())
+        .bind(now)
+        .bind(until)
+        .bind(limit)
+        .fetch_all(&self.writer)
+        .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
+    pub(crate) async fn recovery_step(
+        &self,
+        recovery: &Recovery,
+        owner: Uuid,
+        batch: i64,
+        lease: Duration,
+    ) -> StoreResult<RecoveryStep> {
+        let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
+        let mut tx = self.begin().await?;
+        let held: Option<i64> = sqlx::query_scalar(
+            "SELECT after_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running'",
+        )
+        .bind(recovery.id.hyphenated())
+        .bind(owner.hyphenated())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(after) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let done = match endpoint {
+            None => RecoveryBatch { queued: 0, last_sequence: None },
+            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, after, batch).await?,
+        };
+        let now = now();
+        match done.last_sequence {
+            Some(last) => {
+                sqlx::query(
+                    "UPDATE recoveries SET after_sequence = $2, queued = queued + $3, last_error = NULL,
+                            lease_until = $4, updated_at = $5
+                      WHERE id = $1",
+                )
+                .bind(recovery.id.hyphenated())
+                .bind(last)
+                .bind(i64::try_from(done.queued).unwrap_or(i64::MAX))
+                .bind(now + i64::try_from(lease.as_micros()).unwrap_or(i64::MAX))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query(
+                    "UPDATE recoveries SET state = 'done', owner = NULL, lease_until = NULL, last_error = NULL,
+                            updated_at = $2, finished_at = $2
+                      WHERE id = $1",
+                )
+                .bind(recovery.id.hyphenated())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        if done.queued > 0 {
+            self.work.notify_one();
+        }
+        Ok(RecoveryStep { queued: done.queued, done: done.last_sequence.is_none() })
+    }
+
+    pub(crate) async fn recovery_failed(&self, id: Uuid, error: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE recoveries SET last_error = $2, updated_at = $3 WHERE id = $1")
+            .bind(id.hyphenated())
+            .bind(error)
+            .bind(now())
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn release_recoveries(&self, owner: Uuid) -> StoreResult<()> {
+        sqlx::query("UPDATE recoveries SET owner = NULL, lease_until = NULL WHERE owner = $1 AND state = 'running'")
+            .bind(owner.hyphenated())
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+}
