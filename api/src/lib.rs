@@ -192,6 +192,7 @@ async fn serve(
     };
     tasks.spawn(housekeeping(store.clone(), config.clone(), state.producer.clone(), background.clone()));
     tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));
+    tasks.spawn(watch_backlog(store.clone(), state.metrics.clone(), background.clone()));
     match config.retention() {
         Some(retention) => {
             tasks.spawn(delete_expired(store, retention, config.retention_interval, background.clone()));
@@ -259,6 +260,25 @@ async fn housekeeping(store: Store, config: Config, producer: Producer, shutdown
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "replaced endpoint keys deleted at the end of their overlap"),
             Err(error) => tracing::warn!(%error, "could not delete expired endpoint keys"),
+        }
+    }
+}
+
+/// How often the backlog gauges are refreshed.
+const BACKLOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Refreshes the backlog gauges (`Store::backlog`) every [`BACKLOG_EVERY`].
+async fn watch_backlog(store: Store, metrics: Arc<metrics::Metrics>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(BACKLOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        match store.backlog().await {
+            Ok(backlog) => metrics.backlog.show(&backlog, webhooks_model::time::now()),
+            Err(error) => tracing::debug!(%error, "cannot read the backlog"),
         }
     }
 }

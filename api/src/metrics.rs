@@ -1,4 +1,5 @@
-//! Prometheus metrics of the API: requests by route and status, and latency.
+//! Prometheus metrics of the API: requests by route and status, latency,
+//! the queue's relay and sweeper, and the backlog the store holds.
 
 use std::time::Instant;
 
@@ -9,9 +10,11 @@ use axum::{
 };
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
+
+use webhooks_queue::metrics::LaneLabels;
 
 use crate::state::AppState;
 
@@ -46,6 +49,50 @@ pub struct Metrics {
     pub events_accepted: Counter,
     /// Events per ingest transaction.
     pub ingest_batch_size: Histogram,
+    /// What waits, refreshed every few seconds.
+    pub backlog: BacklogMetrics,
+}
+
+/// What waits, as the store has it: the gauges an operator alerts on.
+#[derive(Debug, Default)]
+pub struct BacklogMetrics {
+    oldest_due: Family<LaneLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    waiting: Gauge,
+    set_aside: Gauge,
+    recoveries: Gauge,
+}
+
+impl BacklogMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "oldest_due_seconds",
+            "How long the oldest delivery due in each lane has been due (0: none is)",
+            self.oldest_due.clone(),
+        );
+        registry.register(
+            "deliveries_waiting",
+            "Deliveries waiting for an ordered endpoint's turn",
+            self.waiting.clone(),
+        );
+        registry.register(
+            "deliveries_set_aside",
+            "Deliveries set aside behind a hanging endpoint",
+            self.set_aside.clone(),
+        );
+        registry.register("recoveries_running", "Recoveries running", self.recoveries.clone());
+    }
+
+    /// Shows `backlog` as it was at `now`.
+    pub fn show(&self, backlog: &webhooks_store::Backlog, now: chrono::DateTime<chrono::Utc>) {
+        for lane in [webhooks_model::Lane::Default, webhooks_model::Lane::Bulk] {
+            let due = backlog.oldest_due.iter().find(|(l, _)| *l == lane).map(|(_, at)| *at);
+            let age = due.and_then(|at| (now - at).to_std().ok()).map_or(0.0, |d| d.as_secs_f64());
+            self.oldest_due.get_or_create(&LaneLabels { lane: lane.as_str() }).set(age);
+        }
+        self.waiting.set(backlog.waiting);
+        self.set_aside.set(backlog.set_aside);
+        self.recoveries.set(backlog.recoveries);
+    }
 }
 
 impl Metrics {
@@ -62,7 +109,9 @@ impl Metrics {
         queue.register(&mut registry);
         registry.register("events_accepted", "Events accepted for delivery", events_accepted.clone());
         registry.register("ingest_batch_size", "Events stored per ingest transaction", ingest_batch_size.clone());
-        Metrics { registry, requests, latency, queue, events_accepted, ingest_batch_size }
+        let backlog = BacklogMetrics::default();
+        backlog.register(&mut registry);
+        Metrics { registry, requests, latency, queue, events_accepted, ingest_batch_size, backlog }
     }
 
     /// The Prometheus text exposition.

@@ -47,7 +47,8 @@ impl Recoveries {
         shutdown: CancellationToken,
     ) -> Recoveries {
         let recoveries = Recoveries { store, budget: Arc::new(Semaphore::new(1)), wake: Arc::default() };
-        let worker = Worker { recoveries: recoveries.clone(), producer, owner: Uuid::new_v4(), batch: i64::from(batch) };
+        let worker =
+            Worker { recoveries: recoveries.clone(), producer, owner: Uuid::new_v4(), batch: i64::from(batch) };
         tasks.spawn(worker.run(shutdown));
         recoveries
     }

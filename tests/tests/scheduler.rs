@@ -12,6 +12,7 @@ use std::{
 };
 
 use common::*;
+use reqwest::Method;
 use serde_json::{Value, json};
 use tests::{
     ApiOptions, Backend, Receiver, RecordedRequest, Reply, TestApi, TestDispatcher, WAIT,
@@ -434,6 +435,15 @@ async fn a_hung_endpoints_backlog_waits_aside_and_goes_once_it_answers() {
     .await;
     let tried = receiver.count();
     assert!(tried <= 4, "{tried} attempts at once to an endpoint that never answered ({aside} set aside)");
+    if !api.is_standalone() {
+        eventually("the API's gauge shows them set aside", WAIT, async || {
+            let text = api.send(api.internal_request(Method::GET, "/metrics")).await;
+            let text = String::from_utf8_lossy(&text.body).into_owned();
+            let shown = sample(&text, "webhooks_api_deliveries_set_aside").unwrap_or(0.0);
+            if shown >= aside { Ok(()) } else { Err(format!("{shown} shown, {aside} set aside")) }
+        })
+        .await;
+    }
     let mut upcoming = upcoming_ids(&api, &developer, &webhook).await;
     upcoming.sort_unstable();
     events.sort_unstable();
@@ -559,5 +569,70 @@ async fn send_skips_an_ordered_endpoints_turn() {
     assert_eq!(requests[1].header("x-webhook-id"), second["event_id"].as_str());
     assert!(upcoming_ids(&api, &key, &webhook).await.contains(&event_id(&first)), "the first is still owed");
     dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+/// The API's backlog gauges, as an operator alerts on them: an ordered
+/// endpoint whose first event keeps failing holds the rest waiting (counted
+/// in `deliveries_waiting`, never as due), and, with no dispatcher running,
+/// an event due for delivery ages in `oldest_due_seconds` of its lane.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_backlog_gauges_show_what_waits_and_for_how_long() {
+    let options = ApiOptions { retry_schedule: Some("1h".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let refusing = api.receiver().await;
+    refusing.reply_always(Reply::status(500));
+    active_endpoint_with(&api, &key, json!({ "url": refusing.url(), "ordering": "ordered" })).await;
+
+    ingest(&api, key.developer_id(), "transfer", 0).await;
+    refusing.wait_for(1).await.unwrap();
+    ingest_many(&api, key.developer_id(), "transfer", 4, 4).await;
+    let gauges = async || {
+        let text = api.send(api.internal_request(Method::GET, "/metrics")).await;
+        let text = String::from_utf8_lossy(&text.body).into_owned();
+        let waiting = sample(&text, "webhooks_api_deliveries_waiting");
+        let due = sample(&text, r#"webhooks_api_oldest_due_seconds{lane="default"}"#);
+        (waiting, due)
+    };
+    let due = eventually("four deliveries waiting for the failing one", WAIT, async || match gauges().await {
+        (Some(4.0), Some(due)) => Ok(due),
+        other => Err(format!("waiting, oldest due: {other:?}")),
+    })
+    .await;
+    assert_eq!(due, 0.0, "nothing is due: the failing event waits an hour, the others their turn");
+    assert_eq!(refusing.count(), 1, "the waiting events were not sent");
+
+    if !api.is_standalone() {
+        dispatcher.stop().await.unwrap();
+        let idle = api.receiver().await;
+        active_endpoint(&api, &key, &idle.url()).await;
+        ingest(&api, key.developer_id(), "transfer", 5).await;
+        eventually("the undelivered event ages as due", WAIT, async || match gauges().await {
+            (_, Some(due)) if due >= 1.0 => Ok(()),
+            other => Err(format!("waiting, oldest due: {other:?}")),
+        })
+        .await;
+        assert_eq!(idle.count(), 0);
+
+        // Every series the shipped alerting rules read is one the API exports.
+        let text = api.send(api.internal_request(Method::GET, "/metrics")).await;
+        let text = String::from_utf8_lossy(&text.body).into_owned();
+        let rules = include_str!("../../deploy/prometheus/alerts.yaml");
+        let mut names: Vec<&str> = rules
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("webhooks_api_") && word.len() > "webhooks_api_".len())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 6, "the rules name the API's series: {names:?}");
+        for name in names {
+            let exported = text.lines().any(|line| line.split([' ', '{']).next() == Some(name));
+            assert!(exported, "alerts.yaml reads {name}, which /metrics does not export");
+        }
+    } else {
+        dispatcher.stop().await.unwrap();
+    }
     api.shutdown().await.unwrap();
 }

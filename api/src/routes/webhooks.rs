@@ -3,12 +3,12 @@
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
 use webhooks_keys as keys;
 use webhooks_model::{
     Category, DeliveryOrder, EndpointStatus, EventEpoch, List, RATE_LIMIT_RANGE, Scope, SignatureScheme, Webhook, ids,
 };
 use webhooks_net::{guard as net, guard::parse_target_url, tls};
-use uuid::Uuid;
 use webhooks_store::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, NewRecovery, Recovery, RecoveryStart, RecoveryWindow,
     ReplacementKey, UpdateOutcome,

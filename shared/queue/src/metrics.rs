@@ -30,8 +30,6 @@ impl QueueMetrics {
 pub struct RelayMetrics {
     /// Broker messages published from the outbox and confirmed.
     pub outbox_published: Counter,
-    /// Outbox rows claimed in the last round.
-    pub outbox_backlog: Gauge,
     /// First attempts published and confirmed straight after their ingest,
     /// without an outbox row.
     pub first_attempts_published: Counter,
@@ -42,11 +40,6 @@ impl RelayMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register("outbox_published", "Broker messages published and confirmed", self.outbox_published.clone());
         registry.register(
-            "outbox_backlog",
-            "Messages waiting in the outbox at the last scan",
-            self.outbox_backlog.clone(),
-        );
-        registry.register(
             "first_attempts_published",
             "First attempts published and confirmed straight after their ingest, without an outbox row",
             self.first_attempts_published.clone(),
@@ -55,8 +48,9 @@ impl RelayMetrics {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LaneLabels {
-    lane: &'static str,
+/// Labels of a gauge per lane.
+pub struct LaneLabels {
+    pub lane: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,6 +88,10 @@ impl SweepMetrics {
 
     /// Registers every metric in `registry`.
     pub fn register(&self, registry: &mut Registry) {
+        // Both lanes read 0 from the start, not absent until the first round.
+        for lane in [Lane::Default, Lane::Bulk] {
+            self.stranded(lane);
+        }
         registry.register(
             "deliveries_stranded",
             "Deliveries due that no queue holds, by lane, at the last sweep",

@@ -131,3 +131,17 @@ pub struct DueDelivery {
     pub body: String,
     pub event_created_at: DateTime<Utc>,
 }
+
+/// What waits, for the gauges an operator alerts on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// The due time of the oldest delivery due in each lane (set-aside ones
+    /// apart), if any is due.
+    pub oldest_due: Vec<(Lane, DateTime<Utc>)>,
+    /// Deliveries of ordered endpoints waiting for their turn.
+    pub waiting: i64,
+    /// Deliveries set aside behind a hanging endpoint.
+    pub set_aside: i64,
+    /// Recoveries running.
+    pub recoveries: i64,
+}

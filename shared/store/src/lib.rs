@@ -30,13 +30,13 @@ mod sealed_keys;
 mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{Admission, AttemptRecord, DeliveryState, DueDelivery, Parked, StandingQuestion, Turn};
+pub use deliveries::{Admission, AttemptRecord, Backlog, DeliveryState, DueDelivery, Parked, StandingQuestion, Turn};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
 pub use events::{
-    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
-    StoredEvent, UpcomingDelivery,
+    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome, StoredEvent,
+    UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use recoveries::{NewRecovery, Recovery, RecoveryStart, RecoveryStep};
@@ -115,6 +115,11 @@ impl Store {
     /// SQLite the writer last, so its close checkpoints the write-ahead log).
     pub async fn close(&self) {
         each_backend!(self, s => s.close().await)
+    }
+
+    /// What waits now (see [`Backlog`]).
+    pub async fn backlog(&self) -> StoreResult<Backlog> {
+        each_backend!(self, s => s.backlog().await)
     }
 
     /// Whether the database answers.

@@ -354,7 +354,6 @@ impl Relay {
     /// scan).
     async fn publish_batch(&self, channel: &lapin::Channel) -> anyhow::Result<usize> {
         let rows = self.outbox.claim(BATCH, CLAIM_FOR).await.context("read outbox")?;
-        self.metrics.outbox_backlog.set(i64::try_from(rows.len()).unwrap_or(i64::MAX));
         if rows.is_empty() {
             return Ok(0);
         }

@@ -2,10 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
+use webhooks_model::Lane;
 
 use super::PgStore;
 use crate::{
-    Admission, AttemptRecord, DeliveryState, Parked, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, Backlog, DeliveryState, Parked, StandingQuestion, StoreResult,
     health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::DeliveryLog;
@@ -157,6 +158,33 @@ impl PgStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    pub(crate) async fn backlog(&self) -> StoreResult<Backlog> {
+        let (default, bulk, waiting, set_aside, recoveries): (
+            Option<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+            i64,
+            i64,
+            i64,
+        ) = sqlx::query_as(
+            "SELECT (SELECT min(next_attempt_at) FROM deliveries
+                      WHERE state IN ('pending', 'retrying') AND NOT set_aside AND lane = 'default'
+                        AND next_attempt_at <= now()),
+                    (SELECT min(next_attempt_at) FROM deliveries
+                      WHERE state IN ('pending', 'retrying') AND NOT set_aside AND lane = 'bulk'
+                        AND next_attempt_at <= now()),
+                    (SELECT count(*) FROM deliveries WHERE state = 'waiting'),
+                    (SELECT count(*) FROM deliveries WHERE set_aside AND state IN ('pending', 'retrying')),
+                    (SELECT count(*) FROM recoveries WHERE state = 'running')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest_due = [(Lane::Default, default), (Lane::Bulk, bulk)]
+            .into_iter()
+            .filter_map(|(lane, at)| Some((lane, at?)))
+            .collect();
+        Ok(Backlog { oldest_due, waiting, set_aside, recoveries })
     }
 
     pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {

@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, events::RecoveryBatch,
-    SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
+    StoreError, StoreResult, StoredEvent, UpcomingDelivery, events::RecoveryBatch,
 };
 use webhooks_model::EventEpoch;
 
@@ -295,7 +295,6 @@ impl PgStore {
         .await?;
         Ok(u64::try_from(count).unwrap_or_default())
     }
-
 }
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the

@@ -99,7 +99,12 @@ impl PgStore {
         Ok(row.map(Into::into))
     }
 
-    pub(crate) async fn claim_recoveries(&self, owner: Uuid, lease: Duration, limit: i64) -> StoreResult<Vec<Recovery>> {
+    pub(crate) async fn claim_recoveries(
+        &self,
+        owner: Uuid,
+        lease: Duration,
+        limit: i64,
+    ) -> StoreResult<Vec<Recovery>> {
         let rows: Vec<Row> = sqlx::query_as(&format!(
             "UPDATE recoveries SET owner = $1, lease_until = now() + make_interval(secs => $2)
               WHERE id IN (SELECT id FROM recoveries

@@ -4,12 +4,12 @@
 
 use uuid::{Uuid, fmt::Hyphenated};
 
-use super::{SqliteStore, micros, time};
+use super::{SqliteStore, micros, queue::IN_TURN, time};
 use crate::{
-    Admission, AttemptRecord, DeliveryState, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, Backlog, DeliveryState, StandingQuestion, StoreResult,
     health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
-use webhooks_model::DeliveryLog;
+use webhooks_model::{DeliveryLog, Lane};
 
 /// id, event_id, attempt, status, response_body, error, duration_ms, created_at
 type LogRow = (Hyphenated, String, i32, Option<i32>, Option<String>, Option<String>, i64, i64);
@@ -73,6 +73,34 @@ impl SqliteStore {
         record_health(&mut tx, &health::changes(records)).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(crate) async fn backlog(&self) -> StoreResult<Backlog> {
+        let now = micros(webhooks_model::time::now());
+        // No set-aside here: a delivery put back behind a hanging endpoint is
+        // simply due later. Due means due, unclaimed and in turn; waiting
+        // means behind an earlier unsettled delivery of its ordered endpoint.
+        let (default, bulk, waiting, recoveries): (Option<i64>, Option<i64>, i64, i64) = sqlx::query_as(&format!(
+            "SELECT (SELECT min(d.next_attempt_at) FROM deliveries d
+                      WHERE d.lane = 'default' AND d.state IN ('pending', 'retrying') AND d.claimed = 0
+                        AND d.next_attempt_at <= $1 AND {IN_TURN}),
+                    (SELECT min(d.next_attempt_at) FROM deliveries d
+                      WHERE d.lane = 'bulk' AND d.state IN ('pending', 'retrying') AND d.claimed = 0
+                        AND d.next_attempt_at <= $1 AND {IN_TURN}),
+                    (SELECT count(*) FROM deliveries d
+                      WHERE d.state IN ('pending', 'retrying') AND NOT {IN_TURN}),
+                    (SELECT count(*) FROM recoveries WHERE state = 'running')"
+        ))
+        .bind(now)
+        .fetch_one(&self.reader)
+        .await?;
+        let mut oldest_due = Vec::new();
+        for (lane, at) in [(Lane::Default, default), (Lane::Bulk, bulk)] {
+            if let Some(at) = at {
+                oldest_due.push((lane, time(at)?));
+            }
+        }
+        Ok(Backlog { oldest_due, waiting, set_aside: 0, recoveries })
     }
 
     pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use super::{SqliteStore, json_list, micros, time};
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, events::RecoveryBatch,
-    SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
+    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
+    StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names, events::RecoveryBatch,
 };
 use webhooks_model::EventEpoch;
 
@@ -211,7 +211,6 @@ impl SqliteStore {
         .await?;
         Ok(u64::try_from(count).unwrap_or_default())
     }
-
 }
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the

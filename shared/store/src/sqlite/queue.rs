@@ -56,7 +56,7 @@ impl TryFrom<DueRow> for DueDelivery {
 /// with an earlier one unsettled (claimed, due, or due later), unless `send`
 /// forced it. So an ordered endpoint's deliveries leave the queue one at a
 /// time, in `event_sequence` order, and nothing else waits for them.
-const IN_TURN: &str = "(d.force = 1
+pub(super) const IN_TURN: &str = "(d.force = 1
      OR NOT EXISTS (SELECT 1 FROM endpoints ep WHERE ep.id = d.endpoint_id AND ep.ordering = 'ordered')
      OR NOT EXISTS (SELECT 1 FROM deliveries o
                      WHERE o.endpoint_id = d.endpoint_id AND o.state IN ('pending', 'retrying')

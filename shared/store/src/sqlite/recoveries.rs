@@ -96,7 +96,12 @@ impl SqliteStore {
         row.map(TryInto::try_into).transpose()
     }
 
-    pub(crate) async fn claim_recoveries(&self, owner: Uuid, lease: Duration, limit: i64) -> StoreResult<Vec<Recovery>> {
+    pub(crate) async fn claim_recoveries(
+        &self,
+        owner: Uuid,
+        lease: Duration,
+        limit: i64,
+    ) -> StoreResult<Vec<Recovery>> {
         let now = now();
         let until = now + i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
         let rows: Vec<Row> = sqlx::query_as(&format!(
