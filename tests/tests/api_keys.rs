@@ -274,6 +274,35 @@ async fn a_scoped_key_creates_only_keys_within_its_scopes() {
     api.shutdown().await.unwrap();
 }
 
+/// Deleting follows the rule of creating: a scoped key cannot remove a key
+/// that holds a scope it lacks (the unrestricted key included), only keys
+/// within its own scopes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scoped_key_deletes_only_keys_within_its_scopes() {
+    let api = TestApi::start().await.unwrap();
+    let developer = uuid::Uuid::new_v4();
+    let admin = api.key_for(developer, &[Scope::Unrestricted]).await;
+    let scoped = api.key_for(developer, &[Scope::ApiKeysWrite, Scope::ApiKeysRead, Scope::WebhooksRead]).await;
+    let writer = create_key(&api, &admin, json!({ "scopes": ["webhooks:write"] })).await.expect(201).clone();
+    let reader = create_key(&api, &admin, json!({ "scopes": ["webhooks:read"] })).await.expect(201).clone();
+
+    let admin_id = api.get("/api_keys/whoami", &admin).await.expect(200)["id"].as_str().unwrap().to_owned();
+    for target in [admin_id.as_str(), writer["id"].as_str().unwrap()] {
+        let refused = api.delete(&format!("/api_keys/{target}"), &scoped).await;
+        refused.expect_error(403, "forbidden");
+    }
+    api.get("/webhooks", &admin).await.expect(200);
+    api.get("/webhooks", writer["key"].as_str().unwrap()).await.expect_error(403, "forbidden");
+
+    let deleted = api.delete(&format!("/api_keys/{}", reader["id"].as_str().unwrap()), &scoped).await;
+    assert_eq!(deleted.expect(200)["state"], "Deleted");
+    api.get("/webhooks", reader["key"].as_str().unwrap()).await.expect_error(401, "invalid");
+    let missing = api.delete(&format!("/api_keys/{}", uuid::Uuid::new_v4()), &scoped).await;
+    missing.expect_error(404, "not_found");
+
+    api.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_scopes_are_refused() {
     let api = TestApi::start().await.unwrap();

@@ -134,3 +134,42 @@ async fn a_success_ends_the_streak_and_zero_switches_auto_disable_off() {
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
+
+/// An edit during a failing streak restarts it rather than switching
+/// auto-disable off: the endpoint is still disabled once it has failed for
+/// `AUTO_DISABLE_AFTER`, on three days, after the edit.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_restarts_the_streak_and_auto_disable_still_comes() {
+    let options = ApiOptions {
+        retry_schedule: Some("24h".into()),
+        extra_args: vec!["--auto-disable-after".into(), "2d".into()],
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::status(500));
+    let webhook = active_endpoint(&api, &key, &receiver.url()).await;
+
+    attempt_once(&api, &key, &webhook, 0).await;
+    api.clock.advance(DAY);
+    let edited = api.put(&format!("/webhooks/{}", id(&webhook)), &key, &json!({ "rate_limit_per_second": 40 })).await;
+    let edited = edited.expect(200);
+    assert!(edited["health"]["failing_since"].is_null(), "the edit restarts the streak: {edited}");
+
+    for n in 1..=3 {
+        attempt_once(&api, &key, &webhook, n).await;
+        api.clock.advance(DAY);
+    }
+    attempt_once(&api, &key, &webhook, 4).await;
+    let disabled = eventually("the edited endpoint is disabled", WAIT, async || {
+        let shown = show(&api, &key, &webhook).await;
+        if shown["status"] == "disabled" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await;
+    assert_eq!(disabled["disabled_reason"], "failing", "{disabled}");
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}

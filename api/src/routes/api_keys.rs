@@ -193,12 +193,13 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<ax
 
 /// Deletes a key.
 ///
-/// Needs `api_keys:write`. The key stops working at once.
+/// Needs `api_keys:write`. A scoped key may only delete keys whose scopes
+/// it holds itself. The key stops working at once.
 #[utoipa::path(delete, path = "/v0/api_keys/{id}", tag = "api_keys", operation_id = "deleteApiKey",
     params(("id" = Uuid, Path, description = "The key's `id`")),
     responses(
         (status = 200, description = "The deleted key, with `state: Deleted`", body = ApiKey),
-        (status = 403, description = "`forbidden`: the calling key lacks `api_keys:write`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the calling key lacks `api_keys:write`, or the key to delete holds a scope the caller does not", body = ErrorBody),
         (status = 404, description = "`not_found`: no active key of this developer has this id", body = ErrorBody),
     ))]
 pub async fn remove(
@@ -208,6 +209,15 @@ pub async fn remove(
 ) -> ApiResult<axum::Json<ApiKey>> {
     caller.require(Scope::ApiKeysWrite)?;
     let id: Uuid = id.parse().map_err(|_| ApiError::NotFound)?;
+    // A scoped key may not remove a key that can do more than it can: the
+    // same rule as for creating one. A key's scopes never change.
+    if !caller.key.scopes.contains(&Scope::Unrestricted) {
+        let keys = state.store.list_api_keys(caller.developer_id()).await?;
+        let target = keys.iter().find(|key| key.id == id).ok_or(ApiError::NotFound)?;
+        if let Some(broader) = target.scopes.iter().find(|s| !caller.key.scopes.contains(s)) {
+            return Err(ApiError::Forbidden(broader.as_str()));
+        }
+    }
     let key = state.store.delete_api_key(caller.developer_id(), id).await?.ok_or(ApiError::NotFound)?;
     tracing::info!(api_key_id = %key.id, by = %caller.key.id, "api key deleted");
     Ok(axum::Json(key))

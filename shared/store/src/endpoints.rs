@@ -281,12 +281,6 @@ pub(crate) fn apply_update(
     Ok(changes)
 }
 
-/// Whether `changes` include an activation, which forgets the endpoint's
-/// failing streak: it starts its health afresh.
-pub(crate) fn activates(changes: &[ChangeDetail]) -> bool {
-    changes.iter().any(|(kind, _)| *kind == ChangeKind::Activated)
-}
-
 /// Whether `changes` narrow the endpoint's categories to some (none means
 /// every category): then its upcoming deliveries of other categories are
 /// cancelled, no longer wanted.

@@ -11,7 +11,7 @@ use crate::health::FAILING_DAYS;
 use crate::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
     endpoints::{
-        activates, apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
+        apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
         parse_optional, previous_key, reason_name, unorders,
     },
 };
@@ -277,13 +277,12 @@ impl PgStore {
         if releases {
             self.release_turns(&mut tx, std::slice::from_ref(&record.id), unorders(&changes)).await?;
         }
-        if activates(&changes) {
-            sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
-                .bind(&record.id)
-                .execute(&mut *tx)
-                .await?;
-            record.health.failing_since = None;
-        }
+        // Any change the developer makes restarts the failing streak.
+        sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
+            .bind(&record.id)
+            .execute(&mut *tx)
+            .await?;
+        record.health.failing_since = None;
         for (kind, details) in changes {
             self.record_change(&mut tx, &record, kind, by, details).await?;
         }

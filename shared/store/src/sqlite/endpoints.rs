@@ -10,7 +10,7 @@ use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
 use crate::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
     endpoints::{
-        activates, apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
+        apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
         parse_optional, previous_key, reason_name,
     },
     health::FAILING_DAYS,
@@ -271,13 +271,12 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
-        if activates(&changes) {
-            sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
-                .bind(&record.id)
-                .execute(&mut *tx)
-                .await?;
-            record.health.failing_since = None;
-        }
+        // Any change the developer makes restarts the failing streak.
+        sqlx::query("UPDATE endpoint_health SET failing_since = NULL, failing_days = 0 WHERE endpoint_id = $1")
+            .bind(&record.id)
+            .execute(&mut *tx)
+            .await?;
+        record.health.failing_since = None;
         let mut announced = Vec::with_capacity(changes.len());
         for (kind, details) in changes {
             announced.push(record_change(&mut tx, &record, kind, by, details).await?);
