@@ -378,7 +378,7 @@ async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {
 async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
     let data_dir = config.api.common.data_dir();
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("create DATA_DIR {}", data_dir.display()))?;
+    webhooks_store::open::create_private_dir(&data_dir)?;
     let _lock = lock_data_dir(&data_dir)?;
     let listeners = bind(&config.api).await?;
     let (store, queue_store) = webhooks_store::open::standalone(&data_dir).await?;
@@ -407,12 +407,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
 /// one directory would hand out the same deliveries.
 fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
     let path = data_dir.join("lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("open {}", path.display()))?;
+    let file = webhooks_store::open::create_private_file(&path)?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -216,6 +216,31 @@ async fn the_first_start_prints_a_key_and_the_operators_keys_work_on_its_data_di
     assert_eq!(stdout_of(&mut again).await, "", "a restart prints no key");
 }
 
+/// The data directory holds endpoints' private keys: standalone makes it,
+/// and every file in it, readable by its own user only, whatever the umask.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_data_dir_and_its_files_are_the_operators_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new();
+    let mut first = setup.start().await;
+    first_line(&mut first).await;
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&setup.data_dir), 0o700, "DATA_DIR {}", setup.data_dir.display());
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&setup.data_dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_file() {
+            assert_eq!(mode(&entry.path()) & 0o077, 0, "{name} is open to others: {:o}", mode(&entry.path()));
+        }
+        names.push(name);
+    }
+    for expected in ["webhooks.db", "webhooks.db-wal", "lock"] {
+        assert!(names.iter().any(|name| name == expected), "{expected} not in {names:?}");
+    }
+    kill(&mut first).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kill_9_mid_stream_loses_no_accepted_event() {
     let setup = Setup::new();

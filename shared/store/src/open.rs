@@ -106,7 +106,7 @@ pub async fn for_command(common: &webhooks_config::CommonConfig) -> anyhow::Resu
 }
 
 /// The SQLite database file inside `DATA_DIR`.
-pub use crate::sqlite::DATABASE_FILE;
+pub use crate::sqlite::{DATABASE_FILE, create_private_dir, create_private_file};
 
 /// Opens (creating it if missing) the SQLite store of standalone mode in
 /// `data_dir`, whose deliveries table is the queue.

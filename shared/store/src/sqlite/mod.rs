@@ -72,16 +72,57 @@ pub struct SqliteStore {
     pacer: Arc<super::pace::Pacer>,
 }
 
+/// Creates `dir` (and its parents) readable by this user only (0700), if
+/// missing. The store holds endpoints' private keys and hashes of API keys;
+/// an existing directory open to others is kept as it is, with a warning.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create data directory {}", dir.display()))?;
+    let mode = std::fs::metadata(dir).with_context(|| format!("read {}", dir.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            data_dir = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "the data directory is open to other users; it holds private keys: chmod 700 it"
+        );
+    }
+    Ok(())
+}
+
+/// Creates `file` for this user only (0600) if missing, and takes away
+/// what others may do with it if it exists. SQLite gives the journal files
+/// it makes beside a database the database file's mode.
+pub fn create_private_file(file: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let opened = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("open {}", file.display()))?;
+    let mode = opened.metadata().with_context(|| format!("read {}", file.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        opened
+            .set_permissions(std::fs::Permissions::from_mode(mode & 0o700))
+            .with_context(|| format!("chmod {}", file.display()))?;
+    }
+    Ok(opened)
+}
+
 impl SqliteStore {
     /// Opens (creating both if missing) `data_dir` and the database in it, and
     /// applies the migrations. Commits are durable before they return (WAL,
     /// `synchronous = FULL`): an answered request survives a crash or a power
     /// loss.
     pub async fn open(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-        tokio::fs::create_dir_all(data_dir)
-            .await
-            .with_context(|| format!("create data directory {}", data_dir.display()))?;
+        create_private_dir(data_dir)?;
         let file = data_dir.join(DATABASE_FILE);
+        create_private_file(&file)?;
         let options = SqliteConnectOptions::new().filename(&file).foreign_keys(true).busy_timeout(BUSY_TIMEOUT);
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
