@@ -27,21 +27,8 @@ pub struct Config {
     #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
     pub internal_token: Option<Secret>,
 
-    /// Longest time a client may take to send a request's line and headers on
-    /// either listener (and longest idle time of a kept-alive connection);
-    /// then the connection is closed, so slow clients cannot hold it.
-    #[arg(long, env = "HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub header_read_timeout: Duration,
-
-    /// Longest time one request may take, its body included, on either
-    /// listener; then it answers 408 `timeout`.
-    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub request_timeout: Duration,
-
-    /// Connections each listener holds open at once; further clients wait in
-    /// the accept queue until one closes.
-    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024)]
-    pub max_connections: usize,
+    #[command(flatten)]
+    pub limits: webhooks_listener::Limits,
 
     /// Non-deleted endpoints a developer may have.
     #[arg(long, env = "MAX_ENDPOINTS_PER_DEVELOPER", default_value_t = 5)]
@@ -164,27 +151,21 @@ impl Config {
     /// Refuses an internal listener on `addr` that anyone on the network could
     /// reach without a token: it takes events for every developer.
     pub fn check_internal_exposure(&self, addr: SocketAddr) -> Result<(), String> {
-        if addr.ip().to_canonical().is_loopback() || self.internal_token().is_some() {
-            return Ok(());
-        }
-        Err(format!(
-            "INTERNAL_LISTEN_ADDR {addr} is not a loopback address and INTERNAL_TOKEN is not set: set a non-empty \
-             INTERNAL_TOKEN, or listen on 127.0.0.1"
-        ))
+        webhooks_listener::check_exposure("INTERNAL_LISTEN_ADDR", addr, self.internal_token())
     }
 
     /// Checks what clap's types cannot express.
     pub fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
         self.check_internal_exposure(self.internal_listen_addr)?;
-        if self.max_connections == 0 {
+        if self.limits.max_connections == 0 {
             return Err("MAX_CONNECTIONS must be at least 1".into());
         }
-        if self.request_timeout <= self.common.delivery_timeout {
+        if self.limits.request_timeout <= self.common.delivery_timeout {
             return Err(format!(
                 "REQUEST_TIMEOUT ({:?}) must be longer than DELIVERY_TIMEOUT ({:?}): registering an endpoint checks \
                  its url within DELIVERY_TIMEOUT",
-                self.request_timeout, self.common.delivery_timeout
+                self.limits.request_timeout, self.common.delivery_timeout
             ));
         }
         if self.max_request_bytes < 1024 || self.max_event_bytes < 1024 {
@@ -268,9 +249,9 @@ mod tests {
         let short = config(&["--request-timeout", "5s", "--delivery-timeout", "10s"]).validate().unwrap_err();
         assert!(short.contains("REQUEST_TIMEOUT") && short.contains("DELIVERY_TIMEOUT"), "{short}");
         let config = config(&[]);
-        assert_eq!(config.header_read_timeout, Duration::from_secs(10));
-        assert_eq!(config.request_timeout, Duration::from_secs(30));
-        assert_eq!(config.max_connections, 1024);
+        assert_eq!(config.limits.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(config.limits.request_timeout, Duration::from_secs(30));
+        assert_eq!(config.limits.max_connections, 1024);
     }
 
     #[test]

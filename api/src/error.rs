@@ -93,14 +93,6 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("rate limited for {0:?}")]
     RateLimited(std::time::Duration),
-    #[error("request not completed within {0:?}")]
-    Timeout(std::time::Duration),
-    #[error("request headers too large")]
-    HeadersTooLarge,
-    #[error("request target too long")]
-    UriTooLong,
-    #[error("request line or headers malformed")]
-    MalformedHead,
     #[error("internal error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -131,10 +123,6 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
-            ApiError::MalformedHead => StatusCode::BAD_REQUEST,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -193,19 +181,6 @@ impl ApiError {
             ApiError::RateLimited(wait) => {
                 plain("rate_limited", format!("Too many requests for this developer; retry after {} s", wait.as_secs()))
             }
-            ApiError::Timeout(limit) => plain(
-                "timeout",
-                format!("The request was not completed within {} s; send it again", limit.as_secs_f64()),
-            ),
-            ApiError::HeadersTooLarge => plain(
-                "too_large",
-                "The request headers are too large (at most 100 headers and about 400 KiB with the request line)"
-                    .into(),
-            ),
-            ApiError::UriTooLong => plain("too_large", "The request target (path and query) is too long".into()),
-            ApiError::MalformedHead => {
-                plain("invalid", "The request line or a header could not be parsed as HTTP/1.1".into())
-            }
             ApiError::Unexpected(_) => {
                 let message = "An unexpected error occurred; please try again".to_owned();
                 ErrorBody {
@@ -231,12 +206,7 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited(wait) = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
-        if let ApiError::TooLarge
-        | ApiError::Timeout(_)
-        | ApiError::HeadersTooLarge
-        | ApiError::UriTooLong
-        | ApiError::MalformedHead = &self
-        {
+        if let ApiError::TooLarge = &self {
             // The rest of the body may stay unread, so the server closes
             // the connection: say so, or a client may send its next request
             // on it and lose that request.

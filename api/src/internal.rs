@@ -6,13 +6,13 @@
 
 use axum::{
     Router,
-    extract::{Request, State},
+    extract::State,
     http::{StatusCode, header},
-    middleware::{self, Next},
+    middleware,
     response::{IntoResponse, Response},
     routing::get,
 };
-use subtle::ConstantTimeEq;
+use webhooks_listener::Token;
 
 use crate::{error::ApiError, state::AppState};
 
@@ -25,36 +25,16 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::ingest::router())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
-        .layer(middleware::from_fn_with_state(state.config.request_timeout, crate::server::request_timeout))
+        .layer(middleware::from_fn_with_state(
+            Token::new(state.config.internal_token(), &PROBES),
+            webhooks_listener::require_token,
+        ))
+        .layer(middleware::from_fn_with_state(state.config.limits.request_timeout, webhooks_listener::request_timeout))
         .with_state(state)
 }
 
 /// The paths served without the token: the liveness and readiness probes.
 const PROBES: [&str; 2] = ["/healthz", "/readyz"];
-
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(expected) = state.config.internal_token()
-        && !PROBES.contains(&request.uri().path())
-    {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        // `expected` is never blank, so an empty bearer never matches.
-        if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
-            return ApiError::invalid(
-                crate::error::Location::Header,
-                "Authorization",
-                "Missing or invalid bearer token",
-            )
-            .into_status(StatusCode::UNAUTHORIZED);
-        }
-    }
-    next.run(request).await
-}
 
 /// Liveness: the process is up.
 ///

@@ -27,7 +27,6 @@ pub mod rate_limit;
 pub mod recoveries;
 pub mod reseal;
 pub mod routes;
-pub mod server;
 pub mod state;
 
 use std::{sync::Arc, time::Duration};
@@ -56,7 +55,7 @@ pub struct Listeners {
 /// panic containment.
 pub fn app(state: AppState) -> Router {
     routes::router(state.clone())
-        .layer(middleware::from_fn_with_state(state.config.request_timeout, server::request_timeout))
+        .layer(middleware::from_fn_with_state(state.config.limits.request_timeout, webhooks_listener::request_timeout))
         .layer(middleware::from_fn_with_state(state, metrics::track))
         .layer(CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(error::ApiError::Unexpected(anyhow::anyhow!(
@@ -201,9 +200,9 @@ async fn serve(
     }
 
     tracing::info!(public = %listeners.public.local_addr()?, internal = %listeners.internal.local_addr()?, "webhooks-api listening");
-    let limits = server::Limits::of(&config);
-    let public = server::serve(listeners.public, app(state.clone()), limits, shutdown.clone());
-    let internal = server::serve(listeners.internal, internal::router(state), limits, shutdown.clone());
+    let limits = config.limits;
+    let public = webhooks_listener::serve(listeners.public, app(state.clone()), limits, shutdown.clone());
+    let internal = webhooks_listener::serve(listeners.internal, internal::router(state), limits, shutdown.clone());
     let served = tokio::try_join!(public, internal);
 
     background.cancel();

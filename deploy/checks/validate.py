@@ -59,10 +59,10 @@ PLACEHOLDER = "REPLACE-ME"
 # Where each program's settings are declared (clap `env = "…"` attributes).
 COMMON_SOURCES = ["shared/config/src/lib.rs"]
 PROGRAMS = {
-    "webhooks-api serve": COMMON_SOURCES + ["api/src/config.rs"],
+    "webhooks-api serve": COMMON_SOURCES + ["api/src/config.rs", "shared/listener/src/lib.rs"],
     "webhooks-api migrate": COMMON_SOURCES,
     "webhooks-api keys": COMMON_SOURCES,
-    "webhooks-dispatcher": COMMON_SOURCES + ["dispatcher/src/config.rs"],
+    "webhooks-dispatcher": COMMON_SOURCES + ["dispatcher/src/config.rs", "shared/listener/src/lib.rs"],
 }
 # Variables read by a library rather than a clap attribute, each allowed only
 # while the code that makes the library read it is still there.

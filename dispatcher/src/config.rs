@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use webhooks_config::CommonConfig;
+use webhooks_config::{CommonConfig, Secret};
 use webhooks_model::parse_duration;
 
 /// Everything a dispatcher needs, loaded once and validated at start.
@@ -15,6 +15,15 @@ pub struct Config {
     /// Where `/healthz`, `/readyz` and `/metrics` listen.
     #[arg(long, env = "DISPATCHER_LISTEN_ADDR", default_value = "127.0.0.1:8082")]
     pub dispatcher_listen_addr: SocketAddr,
+
+    /// When set (and not blank), `/metrics` requires `Authorization: Bearer
+    /// <token>`; required unless `DISPATCHER_LISTEN_ADDR` is a loopback
+    /// address. The probes `/healthz` and `/readyz` stay open.
+    #[arg(long, env = "INTERNAL_TOKEN", hide_env_values = true)]
+    pub internal_token: Option<Secret>,
+
+    #[command(flatten)]
+    pub limits: webhooks_listener::Limits,
 
     #[command(flatten)]
     pub delivery: DeliveryConfig,
@@ -71,7 +80,15 @@ impl Config {
     /// shared settings, that production has a `KEY_ENCRYPTION_KEY`).
     pub fn validate(&self) -> Result<(), String> {
         self.common.validate()?;
+        if self.limits.max_connections == 0 {
+            return Err("MAX_CONNECTIONS must be at least 1".into());
+        }
         self.delivery.validate()
+    }
+
+    /// The token `/metrics` needs: `INTERNAL_TOKEN` unless blank.
+    pub fn internal_token(&self) -> Option<&str> {
+        self.internal_token.as_ref().map(Secret::expose).filter(|token| !token.trim().is_empty())
     }
 }
 

@@ -33,12 +33,14 @@ use axum::{
     Router,
     extract::State,
     http::{StatusCode, header},
+    middleware,
     response::{IntoResponse, Response},
     routing::get,
 };
 use tokio::{net::TcpListener, sync::watch};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use webhooks_config::CommonConfig;
+use webhooks_listener::{Limits, Token};
 use webhooks_model::Topology;
 use webhooks_net::tls;
 use webhooks_queue::Queue;
@@ -59,12 +61,17 @@ struct Health {
     metrics: Arc<Metrics>,
 }
 
-fn health_router(health: Health) -> Router {
+/// The paths served without the token: the liveness and readiness probes.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+
+fn health_router(health: Health, token: Option<Token>, limits: Limits) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .with_state(health)
+        .layer(middleware::from_fn_with_state(token, webhooks_listener::require_token))
+        .layer(middleware::from_fn_with_state(limits.request_timeout, webhooks_listener::request_timeout))
 }
 
 async fn readyz(State(health): State<Health>) -> Response {
@@ -152,6 +159,8 @@ async fn context(
 /// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    webhooks_listener::check_exposure("DISPATCHER_LISTEN_ADDR", listener.local_addr()?, config.internal_token())
+        .map_err(anyhow::Error::msg)?;
     let common = &config.common;
     let opened = webhooks_store::open::distributed(common).await?;
     let store = opened.0.clone();
@@ -164,11 +173,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 
     let health_stop = CancellationToken::new();
     tracing::info!(addr = %listener.local_addr()?, "webhooks-dispatcher listening");
-    let health = tokio::spawn(
-        axum::serve(listener, health_router(Health { store, broker_up: broker_rx, metrics }))
-            .with_graceful_shutdown(health_stop.clone().cancelled_owned())
-            .into_future(),
-    );
+    let token = Token::new(config.internal_token(), &PROBES);
+    let router = health_router(Health { store, broker_up: broker_rx, metrics }, token, config.limits);
+    let health = tokio::spawn(webhooks_listener::serve(listener, router, config.limits, health_stop.clone()));
 
     // On a worker thread of the runtime, not the thread that called `run`:
     // the tasks the session spawns then start on the same worker, instead of

@@ -59,8 +59,10 @@ impl TestDispatcher {
     ) -> anyhow::Result<TestDispatcher> {
         let mut config = dispatcher::config::Config::from_args(&args).context("dispatcher flags")?;
         config.common.clock = clock;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        // On the address `--dispatcher-listen-addr` names (loopback unless
+        // told), on a free port; reached over loopback.
+        let listener = TcpListener::bind(SocketAddr::new(config.dispatcher_listen_addr.ip(), 0)).await?;
+        let addr = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), listener.local_addr()?.port());
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(dispatcher::run(config, listener, shutdown.clone()));
         TestDispatcher::ready(TestDispatcher { addr, shutdown, running: Some(running) }, client).await

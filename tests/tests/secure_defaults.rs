@@ -154,6 +154,68 @@ async fn an_internal_listener_off_loopback_needs_a_token() {
     api.shutdown().await.unwrap();
 }
 
+/// The dispatcher's listener follows the internal listener's rules: off
+/// loopback it needs a token, the token guards `/metrics` but not the
+/// probes, and a client that sends its head slowly is cut off.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dispatchers_listener_is_guarded_like_the_internal_one() {
+    let api = TestApi::start().await.unwrap();
+    if api.is_standalone() {
+        eprintln!("skipped: standalone mode has no dispatcher listener of its own");
+        return api.shutdown().await.unwrap();
+    }
+    let refused = api.start_dispatcher_with(&["--dispatcher-listen-addr", "0.0.0.0:8082"]).await.unwrap_err();
+    let refused = format!("{refused:#}");
+    assert!(refused.contains("DISPATCHER_LISTEN_ADDR") && refused.contains("INTERNAL_TOKEN"), "{refused}");
+
+    let token = "dispatcher-metrics-token";
+    let mut dispatcher = api
+        .start_dispatcher_with(&[
+            "--dispatcher-listen-addr",
+            "0.0.0.0:8082",
+            "--internal-token",
+            token,
+            "--header-read-timeout",
+            "2s",
+        ])
+        .await
+        .unwrap();
+    let url = |path: &str| format!("http://{}{path}", dispatcher.addr);
+    let client = reqwest::Client::new();
+    for probe in ["/healthz", "/readyz"] {
+        assert_eq!(client.get(url(probe)).send().await.unwrap().status(), 200, "{probe}");
+    }
+    for wrong in [None, Some("Bearer nope"), Some("Bearer "), Some(token)] {
+        let mut request = client.get(url("/metrics"));
+        if let Some(wrong) = wrong {
+            request = request.header("Authorization", wrong);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), 401, "/metrics with {wrong:?}");
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert!(tests::expect::error_shape_problems(&body).is_empty(), "{body}");
+        assert_eq!(body["source"]["key"], "Authorization", "{body}");
+    }
+    let metrics = client.get(url("/metrics")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.text().await.unwrap().contains("webhooks_dispatcher_"));
+
+    // A head that never completes is cut off at the header timeout.
+    let slow = TcpStream::connect(dispatcher.addr).await.unwrap();
+    let (mut reader, writer) = slow.into_split();
+    let started = Instant::now();
+    let trickling = tokio::spawn(trickle(writer, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".to_vec()));
+    let answer = tokio::time::timeout(Duration::from_secs(2) + SLACK, read_response(&mut reader))
+        .await
+        .expect("the slow client was not cut off");
+    assert!(answer.is_none_or(|r| r.status == 408), "the slow client got an answer");
+    assert!(started.elapsed() >= Duration::from_millis(1900), "cut off after {:?}", started.elapsed());
+    trickling.abort();
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn production_refuses_to_start_without_a_key_encryption_key() {
     let production = |args: &[&str]| ApiOptions { environment: Environment::Production, ..with_args(args) };

@@ -1,5 +1,6 @@
-//! How both listeners take connections, so that slow or many clients cannot
-//! hold them:
+//! How the service's HTTP listeners (the API's public and internal ones, the
+//! dispatcher's) take connections, so that slow or many clients cannot hold
+//! them:
 //!
 //! - at most `MAX_CONNECTIONS` connections are open at once; further clients
 //!   wait in the kernel's accept queue until one closes;
@@ -8,6 +9,9 @@
 //!   the client takes no byte of for as long closes the connection too;
 //! - a whole request, its body included, must be answered within
 //!   `REQUEST_TIMEOUT`, or it answers 408 `timeout` ([`request_timeout`]);
+//! - with a token set, every request but the probes needs it as a bearer
+//!   ([`require_token`]), and a listener off loopback needs a token
+//!   ([`check_exposure`]);
 //! - a request head hyper refuses before the router sees it (431: more than
 //!   100 headers, or a head over about 400 KiB; 414: a target over 64 KiB;
 //!   400: a request line or header it cannot parse) answers in the error
@@ -35,6 +39,7 @@ use axum::{
     Router,
     body::Body,
     extract::{Request, State},
+    http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -49,36 +54,154 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tower::ServiceExt;
 
-use crate::{config::Config, error::ApiError};
+use subtle::ConstantTimeEq;
+use webhooks_model::parse_duration;
 
 /// What bounds one listener's connections.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub struct Limits {
-    /// `HEADER_READ_TIMEOUT`: for a request's head, and for an answer the
-    /// client does not take.
+    /// Longest time a client may take to send a request's line and headers
+    /// (and longest idle time of a kept-alive connection, and of an answer
+    /// the client takes no byte of); then the connection is closed, so slow
+    /// clients cannot hold it.
+    #[arg(long, env = "HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
-    /// `REQUEST_TIMEOUT`.
+
+    /// Longest time one request may take, its body included; then it
+    /// answers 408 `timeout`.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// `MAX_CONNECTIONS`.
+
+    /// Connections a listener holds open at once; further clients wait in
+    /// the accept queue until one closes.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
 }
 
 impl Limits {
-    /// The limits `config` sets.
-    pub fn of(config: &Config) -> Limits {
-        Limits {
-            header_read_timeout: config.header_read_timeout,
-            request_timeout: config.request_timeout,
-            max_connections: config.max_connections,
-        }
-    }
-
     /// How long a stop waits for requests in flight: each is answered within
     /// the request timeout, and its answer either moves or is given up on
     /// within the header timeout. A backstop; connections close before.
     fn drain_deadline(&self) -> Duration {
         self.request_timeout + self.header_read_timeout
     }
+}
+
+/// What a listener refuses before a handler answers, in the service's error
+/// shape `{code, message}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The request took longer than `REQUEST_TIMEOUT`: 408 `timeout`.
+    Timeout(Duration),
+    /// 431 `too_large`.
+    HeadersTooLarge,
+    /// 414 `too_large`.
+    UriTooLong,
+    /// 400 `invalid`: hyper could not parse the head.
+    MalformedHead,
+    /// 401 `invalid`: the bearer token is missing or wrong.
+    BadToken,
+}
+
+impl Refused {
+    /// The answer's status.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refused::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refused::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Refused::UriTooLong => StatusCode::URI_TOO_LONG,
+            Refused::MalformedHead => StatusCode::BAD_REQUEST,
+            Refused::BadToken => StatusCode::UNAUTHORIZED,
+        }
+    }
+
+    /// The answer's body.
+    pub fn body(self) -> Vec<u8> {
+        let (code, message) = match self {
+            Refused::Timeout(limit) => {
+                ("timeout", format!("The request was not completed within {} s; send it again", limit.as_secs_f64()))
+            }
+            Refused::HeadersTooLarge => (
+                "too_large",
+                "The request headers are too large (at most 100 headers and about 400 KiB with the request line)"
+                    .to_owned(),
+            ),
+            Refused::UriTooLong => ("too_large", "The request target (path and query) is too long".to_owned()),
+            Refused::MalformedHead => {
+                ("invalid", "The request line or a header could not be parsed as HTTP/1.1".to_owned())
+            }
+            Refused::BadToken => {
+                let body = serde_json::json!({
+                    "code": "invalid",
+                    "message": "Missing or invalid bearer token",
+                    "source": { "location": "header", "key": "Authorization" },
+                });
+                return body.to_string().into_bytes();
+            }
+        };
+        serde_json::json!({ "code": code, "message": message }).to_string().into_bytes()
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), [(header::CONTENT_TYPE, "application/json")], self.body()).into_response();
+        if self != Refused::BadToken {
+            // The rest of the request may stay unread, so the connection
+            // closes: say so, or a client may send its next request on it
+            // and lose that request.
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        }
+        response
+    }
+}
+
+/// The internal bearer token of a listener, and the paths served without it.
+#[derive(Debug, Clone)]
+pub struct Token {
+    /// Never blank.
+    expected: Arc<str>,
+    open: &'static [&'static str],
+}
+
+impl Token {
+    /// `token` unless it is blank (an empty bearer never authenticates),
+    /// required on every path but `open`.
+    pub fn new(token: Option<&str>, open: &'static [&'static str]) -> Option<Token> {
+        let token = token.filter(|token| !token.trim().is_empty())?;
+        Some(Token { expected: Arc::from(token), open })
+    }
+}
+
+/// Middleware: with a token, a request to any path but the open ones needs
+/// `Authorization: Bearer <token>`, compared in constant time; else 401.
+pub async fn require_token(State(token): State<Option<Token>>, request: Request, next: Next) -> Response {
+    if let Some(token) = token
+        && !token.open.contains(&request.uri().path())
+    {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if presented.is_empty() || !bool::from(presented.as_bytes().ct_eq(token.expected.as_bytes())) {
+            return Refused::BadToken.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Refuses a listener named `setting` on `addr` that anyone on the network
+/// could reach without a token.
+pub fn check_exposure(setting: &str, addr: std::net::SocketAddr, token: Option<&str>) -> Result<(), String> {
+    if addr.ip().to_canonical().is_loopback() || token.is_some_and(|token| !token.trim().is_empty()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{setting} {addr} is not a loopback address and INTERNAL_TOKEN is not set: set a non-empty INTERNAL_TOKEN, \
+         or listen on 127.0.0.1"
+    ))
 }
 
 /// Serves `app` over HTTP/1.1 on `listener` within `limits` until `shutdown`
@@ -172,7 +295,7 @@ async fn accept_failed(error: io::Error) {
 pub async fn request_timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => ApiError::Timeout(limit).into_response(),
+        Err(_) => Refused::Timeout(limit).into_response(),
     }
 }
 
@@ -245,9 +368,9 @@ impl Refusal {
             return None;
         }
         let error = match head.get(9..13)? {
-            b"431 " => ApiError::HeadersTooLarge,
-            b"414 " => ApiError::UriTooLong,
-            b"400 " => ApiError::MalformedHead,
+            b"431 " => Refused::HeadersTooLarge,
+            b"414 " => Refused::UriTooLong,
+            b"400 " => Refused::MalformedHead,
             _ => return None,
         };
         let end = head.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
@@ -262,7 +385,7 @@ impl Refusal {
                 _ => kept.push(line),
             }
         }
-        let body = serde_json::to_vec(&error.body()).ok()?;
+        let body = error.body();
         let status = error.status();
         let mut bytes = format!(
             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
