@@ -60,7 +60,12 @@
 //!    together: the rate the receiver sees from its first arrival to its last
 //!    (and its error against the limit), the most arrivals within any one
 //!    second, and the messages put back to wait for their start or a slot;
-//! 8. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
+//! 8. recovery: a developer's `BENCH_RECOVERIES` (20) endpoints, disabled
+//!    while `BENCH_RECOVERY_EVENTS` (100000) events arrive, are switched on
+//!    and recovered at once, one dispatcher running, while developer B sends
+//!    `BENCH_FAIR_RATE` events/s to nginx: B's ingest call p99 beside the
+//!    recoveries against the same run just before them;
+//! 9. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
 //!    end with the bench's producer to the in-process receiver and with wrk to
 //!    nginx (CPU: the one process and nginx), and the latency to each.
 //!
@@ -70,15 +75,17 @@
 //! 1,000 events, dispatcher ≤ 1.3 signatures' CPU per delivery, two
 //! dispatchers drain at least as fast as one; with a backlog elsewhere, B's
 //! p50 ≤ 50 ms and p99 ≤ 1 s; beside hanging endpoints, healthy ones keep
-//! ≥ 90% of their deliveries/s.
+//! ≥ 90% of their deliveries/s; beside 20 recoveries, B's ingest p99 stays
+//! within 2× of its figure alone.
 //!
-//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,standalone`: the
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,recovery,standalone`: the
 //! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
 //! one per core), `BENCH_BACKLOG` (50000), `BENCH_FAIR_RATE` (20 events/s) and
-//! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging), `BENCH_PACE` (50 per second).
+//! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging), `BENCH_PACE` (50 per second),
+//! `BENCH_RECOVERIES` (20) and `BENCH_RECOVERY_EVENTS` (100000).
 
 use std::{
     path::{Path, PathBuf},
@@ -1375,12 +1382,36 @@ async fn main() -> anyhow::Result<()> {
         bench.row("    most within one second", paced.busiest.to_string(), "");
     }
 
+    // 8. Recoveries: another developer's ingest beside many recoveries.
+    if phase("recovery") {
+        let endpoints = knob("BENCH_RECOVERIES", 20).clamp(1, 64);
+        let window = knob("BENCH_RECOVERY_EVENTS", 100_000).max(1);
+        let rate_secs = (knob("BENCH_FAIR_RATE", 20).max(1), bench.latency_secs);
+        let recovering = Recovering { stack: &stack, endpoints, window, receiver_port };
+        let figures = recovery(&system, &recovering, rate_secs, concurrency, &to_nginx).await?;
+        let cell = |list: &[f64]| format!("{:.2} ms", percentile(list, 99.0));
+        let ratio = percentile(&figures.beside.ingest, 99.0) / percentile(&figures.alone.ingest, 99.0);
+        bench.row(
+            format!("  recovery: B's ingest call p99 at {}/s, alone", rate_secs.0),
+            String::new(),
+            cell(&figures.alone.ingest),
+        );
+        bench.row_with_goal(
+            format!("    beside {endpoints} recoveries of a {window}-event window"),
+            String::new(),
+            format!("{} = {ratio:.2} x", cell(&figures.beside.ingest)),
+            goal("<= 2 x alone", ratio, |v| v <= 2.0),
+        );
+        bench.row("    B's start -> received p99 beside them", String::new(), cell(&figures.beside.total));
+        bench.row("    deliveries the recoveries queued meanwhile", figures.queued.to_string(), "");
+    }
+
     stop(api).await;
     pool.close().await;
     database.remove().await;
     queues.remove().await;
 
-    // 8. Standalone mode: the same end to end and latency, one process.
+    // 9. Standalone mode: the same end to end and latency, one process.
     if phase("standalone") {
         standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
     }
@@ -1393,7 +1424,114 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Phase 7: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
+/// What the recovery phase recovers: `endpoints` endpoints of one
+/// developer, each missing the same `window` events.
+struct Recovering<'a> {
+    stack: &'a Stack,
+    endpoints: u64,
+    window: u64,
+    receiver_port: u16,
+}
+
+/// Figures of the recovery phase: developer B's latencies alone and beside
+/// the recoveries, and how many deliveries these queued while B sent.
+struct Recoveries {
+    alone: Latency,
+    beside: Latency,
+    queued: u64,
+}
+
+/// Recoveries: developer R's endpoints are disabled while `window` events
+/// arrive for each (they wait, upcoming), then switched on and recovered all
+/// at once, with one dispatcher running, while developer B sends `rate`
+/// events/s to nginx for `secs`: B's ingest call and start -> received,
+/// against the same run before the recoveries. The endpoints are deleted at
+/// the end, which ends their recoveries and drops what they queued.
+async fn recovery(
+    system: &Distributed<'_>,
+    recovering: &Recovering<'_>,
+    (rate, secs): (u64, u64),
+    concurrency: u64,
+    quiet: &Target,
+) -> anyhow::Result<Recoveries> {
+    let Recovering { stack, endpoints, window, receiver_port } = *recovering;
+    let client = system.client;
+    let (key, developer_id) = create_key(stack.command("webhooks-api"), "bench-recovering").await?;
+    let mut ids = Vec::new();
+    for n in 0..endpoints {
+        let url = format!("{}/r{n}", hook(receiver_port));
+        let id = active_endpoint(client, &stack.api_url, &key, &url).await?;
+        client
+            .put(format!("{}/webhooks/{id}", stack.api_url))
+            .header("Api-Key", &key)
+            .json(&json!({"status": "disabled"}))
+            .send()
+            .await?
+            .error_for_status()?;
+        ids.push(id);
+    }
+    let since = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let started = Instant::now();
+    ingest(client, system.ingest_url, &developer_id, window, concurrency).await?;
+    wait_outbox_empty(system.pool).await?;
+    out(&format!(
+        "recovery: {window} events for {endpoints} disabled endpoints ingested in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+
+    let dispatcher = stack.spawn_dispatchers(1).await?;
+    let alone = latency("recovery, B alone: ", (rate, secs), client, system.ingest_url, quiet).await?;
+    let queued_before = queued_deliveries(system.pool, &ids).await?;
+    for id in &ids {
+        client
+            .put(format!("{}/webhooks/{id}", stack.api_url))
+            .header("Api-Key", &key)
+            .json(&json!({"status": "active"}))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    let recover = |id: String| {
+        let (client, url, key, since) =
+            (client.clone(), format!("{}/webhooks/{id}/recover", stack.api_url), key.clone(), since.clone());
+        async move {
+            let response = client.post(url).header("Api-Key", key).json(&json!({"since": since})).send().await?;
+            if response.status() != 202 {
+                bail!("recover answered {}: {}", response.status(), response.text().await?);
+            }
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+    futures::future::try_join_all(ids.iter().cloned().map(recover)).await?;
+    let beside = latency("recovery, B beside the recoveries: ", (rate, secs), client, system.ingest_url, quiet).await?;
+    let queued = queued_deliveries(system.pool, &ids).await?.saturating_sub(queued_before);
+    for id in &ids {
+        client
+            .delete(format!("{}/webhooks/{id}", stack.api_url))
+            .header("Api-Key", &key)
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    for child in dispatcher {
+        stop(child).await;
+    }
+    out(&format!("recovery: {queued} deliveries queued by the recoveries while B sent"));
+    Ok(Recoveries { alone, beside, queued })
+}
+
+/// Deliveries to `endpoints` that have been queued or attempted.
+async fn queued_deliveries(pool: &sqlx::PgPool, endpoints: &[String]) -> anyhow::Result<u64> {
+    let count: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE endpoint_id = ANY ($1) AND state NOT IN ('held', 'cancelled')",
+    )
+    .bind(endpoints)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(count).unwrap_or_default())
+}
+
+/// Phase 9: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
 /// same receivers.
 async fn standalone(
     bench: &mut Bench,
