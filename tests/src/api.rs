@@ -189,13 +189,24 @@ impl Backend {
         }
     }
 
-    /// The backend the environment asks for.
-    pub fn from_env() -> Backend {
-        match std::env::var("TEST_BACKEND").as_deref() {
+    /// The backend of the running test: the one `#[tests::test]` runs it
+    /// on, else the one `TEST_BACKEND` names (`standalone`; distributed
+    /// otherwise).
+    pub fn current() -> Backend {
+        CURRENT.try_with(|backend| *backend).unwrap_or_else(|_| match std::env::var("TEST_BACKEND").as_deref() {
             Ok("standalone") => Backend::Standalone,
             _ => Backend::Distributed,
-        }
+        })
     }
+
+    /// Runs `test` with this as [`Backend::current`].
+    pub async fn scope<F: std::future::Future>(self, test: F) -> F::Output {
+        CURRENT.scope(self, test).await
+    }
+}
+
+tokio::task_local! {
+    static CURRENT: Backend;
 }
 
 /// A standalone instance's `DATA_DIR`, removed on drop.
@@ -300,10 +311,10 @@ impl TestApi {
     }
 
     /// An instance configured by `options`, ready (database and broker) when
-    /// this returns, on the backend `TEST_BACKEND` names.
+    /// this returns, on [`Backend::current`].
     pub async fn start_with(options: ApiOptions) -> anyhow::Result<TestApi> {
         init();
-        let backend = Backend::from_env();
+        let backend = Backend::current();
         let prefix = broker::random_prefix();
         let amqp_url = broker::amqp_url();
         let ca = Arc::new(TestCa::new()?);

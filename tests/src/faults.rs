@@ -634,7 +634,12 @@ pub async fn run(options: FaultOptions) -> anyhow::Result<FaultReport> {
         kills,
         broker_down: services.broker_down,
         database_restart: services.database_restart,
-        skipped: services.skipped,
+        skipped: {
+            for skipped in &services.skipped {
+                crate::skip(skipped);
+            }
+            services.skipped
+        },
         incidents,
         states,
         outbox_rows,

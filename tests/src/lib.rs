@@ -51,6 +51,17 @@ pub use broker::LifecycleTap;
 pub use ca::{ServerCert, TestCa};
 pub use dispatcher::TestDispatcher;
 pub use receiver::{Receiver, RecordedRequest, Reply};
+pub use webhooks_test_macros::test;
+
+/// Says on the terminal that the running test cannot run here, and why.
+/// Written past the test harness's capture of output, so that a skipped
+/// test shows as skipped in every run, not as a silent pass.
+pub fn skip(reason: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name} ({:?}): {reason}", Backend::current());
+}
 
 /// How long any wait in the harness lasts before the test fails: generous,
 /// because the machine is shared with builds.

@@ -37,7 +37,7 @@ async fn create_key(api: &TestApi, by: &DeveloperKey, body: Value) -> ApiRespons
     api.post("/api_keys", by, &body).await
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn whoami_shows_the_calling_key_and_never_the_key_itself() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -56,7 +56,7 @@ async fn whoami_shows_the_calling_key_and_never_the_key_itself() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn creating_a_key_returns_the_plaintext_once() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -100,7 +100,7 @@ async fn creating_a_key_returns_the_plaintext_once() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn key_names_are_at_most_100_characters() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -123,7 +123,7 @@ async fn key_names_are_at_most_100_characters() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_list_shows_active_keys_only() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -148,7 +148,7 @@ async fn the_list_shows_active_keys_only() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn deleting_a_key_answers_it_deleted_and_then_404() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -169,7 +169,7 @@ async fn deleting_a_key_answers_it_deleted_and_then_404() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_webhooks_read_key_can_only_read_webhooks() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -199,7 +199,7 @@ async fn a_webhooks_read_key_can_only_read_webhooks() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_webhooks_write_key_cannot_read() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -221,7 +221,7 @@ async fn a_webhooks_write_key_cannot_read() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_api_keys_read_key_can_list_keys_but_not_create_or_delete() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -239,7 +239,7 @@ async fn an_api_keys_read_key_can_list_keys_but_not_create_or_delete() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_scoped_key_creates_only_keys_within_its_scopes() {
     let api = TestApi::start().await.unwrap();
     let developer = uuid::Uuid::new_v4();
@@ -277,7 +277,7 @@ async fn a_scoped_key_creates_only_keys_within_its_scopes() {
 /// Deleting follows the rule of creating: a scoped key cannot remove a key
 /// that holds a scope it lacks (the unrestricted key included), only keys
 /// within its own scopes.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_scoped_key_deletes_only_keys_within_its_scopes() {
     let api = TestApi::start().await.unwrap();
     let developer = uuid::Uuid::new_v4();
@@ -303,7 +303,7 @@ async fn a_scoped_key_deletes_only_keys_within_its_scopes() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn unknown_scopes_are_refused() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -318,7 +318,7 @@ async fn unknown_scopes_are_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn event_routes_need_the_webhooks_scopes() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -340,7 +340,7 @@ async fn event_routes_need_the_webhooks_scopes() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn only_a_hash_of_a_key_is_stored() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;

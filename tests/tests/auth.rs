@@ -5,7 +5,7 @@ use tests::{TestApi, expect};
 use webhooks_config::Environment;
 use webhooks_model::Scope;
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_request_without_api_key_gets_the_missing_body() {
     let api = TestApi::start().await.unwrap();
 
@@ -20,7 +20,7 @@ async fn a_request_without_api_key_gets_the_missing_body() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_misspelled_header_name_counts_as_missing() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -32,7 +32,7 @@ async fn a_misspelled_header_name_counts_as_missing() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_unknown_key_gets_the_invalid_body() {
     let api = TestApi::start().await.unwrap();
     let unknown = format!("sk-test-{}", "a1B2c3D4".repeat(6));
@@ -46,7 +46,7 @@ async fn an_unknown_key_gets_the_invalid_body() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_key_of_the_other_environment_is_invalid() {
     let api = TestApi::start().await.unwrap();
     // A real, stored, active key, but made for production: a sandbox
@@ -61,7 +61,7 @@ async fn a_key_of_the_other_environment_is_invalid() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_deleted_key_stops_working_at_once() {
     let api = TestApi::start().await.unwrap();
     let admin = api.new_developer().await;
@@ -91,7 +91,7 @@ async fn a_deleted_key_stops_working_at_once() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_valid_key_is_accepted_on_every_route() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

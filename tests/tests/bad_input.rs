@@ -7,7 +7,7 @@ use tests::TestApi;
 
 const OVER_64_KIB: usize = 64 * 1024 + 1;
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn malformed_json_is_400_invalid() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -41,7 +41,7 @@ async fn malformed_json_is_400_invalid() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn json_that_is_not_an_object_is_400_invalid() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -55,7 +55,7 @@ async fn json_that_is_not_an_object_is_400_invalid() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn wrong_types_name_the_field() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -105,7 +105,7 @@ async fn wrong_types_name_the_field() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn unknown_fields_are_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -127,7 +127,7 @@ async fn unknown_fields_are_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_body_over_64_kib_is_413_too_large() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -175,7 +175,7 @@ async fn a_body_over_64_kib_is_413_too_large() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn json_sent_as_text_plain_is_415() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -202,7 +202,7 @@ async fn json_sent_as_text_plain_is_415() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn odd_ids_in_the_path_are_404() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -241,7 +241,7 @@ async fn odd_ids_in_the_path_are_404() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn unknown_routes_are_404_in_the_error_shape() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -263,7 +263,7 @@ async fn unknown_routes_are_404_in_the_error_shape() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn bad_query_values_are_400() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -316,7 +316,7 @@ fn handled(response: &tests::ApiResponse) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn odd_requests_never_make_a_500_or_a_shapeless_error() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

@@ -68,7 +68,7 @@ async fn wait_readiness(client: &reqwest::Client, name: &str, addr: SocketAddr, 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broker_restart_mid_run_loses_no_event() {
     if std::env::var(SWITCH).as_deref() == Ok("0") || !can_restart_broker() {
-        eprintln!("skipped: this machine cannot restart RabbitMQ from here (rabbitmqctl as root), or {SWITCH}=0");
+        tests::skip(&format!("this machine cannot restart RabbitMQ from here (rabbitmqctl as root), or {SWITCH}=0"));
         return;
     }
     const TOTAL: usize = 300;

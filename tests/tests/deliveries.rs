@@ -12,7 +12,7 @@ use common::*;
 use serde_json::json;
 use tests::{ApiOptions, Reply, TestApi, WAIT};
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_event_reaches_active_endpoints_only_as_a_signed_event() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -60,7 +60,7 @@ async fn an_event_reaches_active_endpoints_only_as_a_signed_event() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_endpoint_gets_only_its_categories_and_no_categories_means_all() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -119,7 +119,7 @@ async fn an_endpoint_gets_only_its_categories_and_no_categories_means_all() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn another_developers_events_are_never_delivered_listed_or_sendable() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -162,7 +162,7 @@ async fn another_developers_events_are_never_delivered_listed_or_sendable() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_disabled_endpoint_gets_nothing_and_keeps_the_event_upcoming() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -202,7 +202,7 @@ async fn a_disabled_endpoint_gets_nothing_and_keeps_the_event_upcoming() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_redirect_is_not_followed_and_is_logged_as_such() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -235,7 +235,7 @@ async fn a_redirect_is_not_followed_and_is_logged_as_such() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_receiver_answering_nul_bytes_and_a_huge_body_is_logged_and_harms_no_one_else() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -272,7 +272,7 @@ async fn a_receiver_answering_nul_bytes_and_a_huge_body_is_logged_and_harms_no_o
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn deliveries_stop_soon_after_an_endpoint_is_disabled_under_load() {
     let options = ApiOptions {
         delivery_args: ["--dispatcher-endpoint-concurrency", "8"].map(String::from).to_vec(),

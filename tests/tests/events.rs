@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tests::{TestApi, WAIT};
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn what_a_disabled_endpoint_missed_stays_upcoming_until_sent() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -83,7 +83,7 @@ async fn what_a_disabled_endpoint_missed_stays_upcoming_until_sent() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn only_a_beginning_of_time_endpoint_lists_and_sends_earlier_events() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -137,7 +137,7 @@ async fn only_a_beginning_of_time_endpoint_lists_and_sends_earlier_events() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_event_list_is_newest_first_filtered_and_paged_by_cursors() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -211,7 +211,7 @@ async fn the_event_list_is_newest_first_filtered_and_paged_by_cursors() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn upcoming_entries_carry_their_delivery_and_pages_say_when_more_come() {
     let api = TestApi::start_with(tests::ApiOptions { retry_schedule: Some("1h".into()), ..Default::default() })
         .await
@@ -257,7 +257,7 @@ async fn upcoming_entries_carry_their_delivery_and_pages_say_when_more_come() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn narrowing_the_categories_drops_the_upcoming_events_no_longer_wanted() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

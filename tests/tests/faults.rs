@@ -64,7 +64,7 @@ async fn run_and_check(options: FaultOptions) {
 #[tokio::test(flavor = "multi_thread")]
 async fn distributed_kills_and_outages_lose_no_accepted_event() {
     if switched_off() || !faults::can_restart_broker() {
-        eprintln!("skipped: this machine cannot restart RabbitMQ from here (rabbitmqctl as root), or {SWITCH}=0");
+        tests::skip(&format!("this machine cannot restart RabbitMQ from here (rabbitmqctl as root), or {SWITCH}=0"));
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -74,7 +74,7 @@ async fn distributed_kills_and_outages_lose_no_accepted_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn standalone_kill_9s_lose_no_accepted_event() {
     if switched_off() {
-        eprintln!("skipped: {SWITCH}=0");
+        tests::skip(&format!("{SWITCH}=0"));
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().await;

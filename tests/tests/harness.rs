@@ -5,7 +5,7 @@ use serde_json::json;
 use tests::TestApi;
 use webhooks_signature::platform::SIGNATURE_HEADER;
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_event_reaches_an_active_endpoint_signed() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();

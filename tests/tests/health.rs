@@ -26,7 +26,7 @@ async fn attempt_once(api: &TestApi, key: &DeveloperKey, webhook: &Value, n: usi
     event
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_endpoint_failing_on_three_days_is_disabled_and_keeps_what_it_misses() {
     let options = ApiOptions {
         // One retry a day away: each failure below is the event's own first attempt.
@@ -99,7 +99,7 @@ async fn an_endpoint_failing_on_three_days_is_disabled_and_keeps_what_it_misses(
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_success_ends_the_streak_and_zero_switches_auto_disable_off() {
     let options = ApiOptions {
         retry_schedule: Some("24h".into()),
@@ -138,7 +138,7 @@ async fn a_success_ends_the_streak_and_zero_switches_auto_disable_off() {
 /// An edit during a failing streak restarts it rather than switching
 /// auto-disable off: the endpoint is still disabled once it has failed for
 /// `AUTO_DISABLE_AFTER`, on three days, after the edit.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_edit_restarts_the_streak_and_auto_disable_still_comes() {
     let options = ApiOptions {
         retry_schedule: Some("24h".into()),

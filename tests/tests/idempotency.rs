@@ -4,7 +4,7 @@ use reqwest::Method;
 use serde_json::json;
 use tests::{ApiOptions, TestApi};
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_post_without_the_header_is_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -22,7 +22,7 @@ async fn a_post_without_the_header_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn malformed_keys_are_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -43,7 +43,7 @@ async fn malformed_keys_are_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_repeat_answers_the_first_response_and_does_nothing_else() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -66,7 +66,7 @@ async fn a_repeat_answers_the_first_response_and_does_nothing_else() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_same_key_with_another_body_answers_422() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -85,7 +85,7 @@ async fn the_same_key_with_another_body_answers_422() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn keys_are_per_developer() {
     let api = TestApi::start().await.unwrap();
     let a = api.new_developer().await;
@@ -113,7 +113,7 @@ async fn keys_are_per_developer() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn another_key_of_the_same_developer_gets_the_stored_answer() {
     let api = TestApi::start().await.unwrap();
     let first_key = api.new_developer().await;
@@ -133,7 +133,7 @@ async fn another_key_of_the_same_developer_gets_the_stored_answer() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_refusal_is_not_kept_so_the_same_request_can_succeed_later() {
     let api = TestApi::start_with(ApiOptions { max_endpoints: 1, ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
@@ -158,7 +158,7 @@ async fn a_refusal_is_not_kept_so_the_same_request_can_succeed_later() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_client_fixes_a_refused_request_and_retries_with_the_same_key() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

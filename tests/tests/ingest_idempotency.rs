@@ -17,7 +17,7 @@ fn replayed(response: &ApiResponse) -> bool {
     response.headers.get("idempotent-replayed").is_some_and(|v| v == "true")
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_retried_event_is_made_once_and_answered_again() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -51,7 +51,7 @@ async fn a_retried_event_is_made_once_and_answered_again() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn concurrent_twins_make_one_event_and_leave_no_sequence_gap() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -74,7 +74,7 @@ async fn concurrent_twins_make_one_event_and_leave_no_sequence_gap() {
 /// what queued up while the previous one committed): twins, twins that
 /// disagree, keyed and unkeyed events side by side must each be answered as
 /// if they had come one by one.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_burst_of_twins_and_new_events_makes_each_event_once() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -138,7 +138,7 @@ async fn a_burst_of_twins_and_new_events_makes_each_event_once() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_malformed_key_is_a_400_on_the_header() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::json;
 use tests::{ApiOptions, Backend, TestApi};
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn health_and_readiness_answer_200() {
     let api = TestApi::start().await.unwrap();
 
@@ -23,7 +23,7 @@ async fn health_and_readiness_answer_200() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn metrics_count_requests_by_route() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -44,7 +44,7 @@ async fn metrics_count_requests_by_route() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn internal_token_guards_every_internal_route_but_the_probes() {
     let api = TestApi::start_with(ApiOptions { internal_token: Some("secret".into()), ..ApiOptions::default() })
         .await
@@ -77,7 +77,7 @@ async fn internal_token_guards_every_internal_route_but_the_probes() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn cancelling_the_token_stops_the_api_cleanly() {
     let mut api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -94,7 +94,7 @@ async fn cancelling_the_token_stops_the_api_cleanly() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_request_in_flight_is_answered_during_shutdown() {
     // A TCP server that accepts and never speaks TLS makes endpoint creation
     // wait for the delivery timeout: a request that is in flight when the

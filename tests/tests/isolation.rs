@@ -4,7 +4,7 @@
 use serde_json::json;
 use tests::TestApi;
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn another_developers_endpoint_is_not_found() {
     let api = TestApi::start().await.unwrap();
     let a = api.new_developer().await;
@@ -61,7 +61,7 @@ async fn another_developers_endpoint_is_not_found() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn another_developers_key_cannot_be_deleted() {
     let api = TestApi::start().await.unwrap();
     let a = api.new_developer().await;
@@ -79,7 +79,7 @@ async fn another_developers_key_cannot_be_deleted() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn lists_show_only_the_callers_objects() {
     let api = TestApi::start().await.unwrap();
     let a = api.new_developer().await;
@@ -112,7 +112,7 @@ async fn lists_show_only_the_callers_objects() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn whoami_names_the_callers_developer() {
     let api = TestApi::start().await.unwrap();
     let a = api.new_developer().await;

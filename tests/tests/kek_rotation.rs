@@ -149,9 +149,9 @@ async fn reseal(stack: &Stack) -> (Value, String) {
     (summary, stderr)
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_key_encryption_key_rotates_without_an_outage() {
-    let backend = Backend::from_env();
+    let backend = Backend::current();
     let programs = Programs::at(env!("CARGO_BIN_EXE_api-process"), env!("CARGO_BIN_EXE_dispatcher-process"));
     let options = StackOptions {
         env: vec![("KEY_ENCRYPTION_KEY".into(), OLD.into())],
@@ -240,7 +240,7 @@ async fn the_key_encryption_key_rotates_without_an_outage() {
 /// What `keys reseal` writes goes only where the blob it read still stands:
 /// a rotation and a delete made between its read and its write are neither
 /// undone nor brought back.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_reseal_never_undoes_a_rotation_or_a_delete_made_meanwhile() {
     let options = ApiOptions { extra_args: vec!["--key-encryption-key".into(), OLD.into()], ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();

@@ -15,7 +15,7 @@ use webhooks_model::Scope;
 /// 32 bytes, base64: a throwaway key-encryption key.
 const KEK: &str = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
     let options = ApiOptions { extra_args: vec!["--key-encryption-key".into(), KEK.into()], ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
@@ -39,7 +39,7 @@ async fn private_keys_are_sealed_at_rest_and_deliveries_still_verify() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_production_deployment_issues_and_accepts_live_keys_only() {
     // Production refuses to start without a key-encryption key.
     let options = ApiOptions {
@@ -60,7 +60,7 @@ async fn a_production_deployment_issues_and_accepts_live_keys_only() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_stopping_dispatcher_finishes_the_attempt_it_holds() {
     let api = TestApi::start().await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -96,7 +96,7 @@ async fn a_stopping_dispatcher_finishes_the_attempt_it_holds() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn delivery_refuses_to_start_with_a_key_that_cannot_open_the_stored_keys() {
     let options = ApiOptions { extra_args: vec!["--key-encryption-key".into(), KEK.into()], ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();

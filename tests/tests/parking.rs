@@ -16,7 +16,7 @@ use tests::{ApiOptions, Backend, TestApi, WAIT};
 use webhooks_queue::PARK_LIMIT;
 use webhooks_queue::amqp as broker;
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_delivery_that_cannot_be_processed_stops_cycling() {
     // One short retry delay: parks wait 200 ms each, so the limit comes soon.
     let api = TestApi::start_with(ApiOptions { retry_schedule: Some("200ms".into()), ..ApiOptions::default() })

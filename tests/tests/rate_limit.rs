@@ -29,7 +29,7 @@ async fn exhaust(api: &TestApi, keys: &[&DeveloperKey]) -> u64 {
     unreachable!("keys is not empty")
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_developer_over_its_limit_gets_429_with_retry_after_and_others_do_not() {
     let api = TestApi::start_with(limited(1, 5)).await.unwrap();
     let first = api.new_developer().await;
@@ -81,7 +81,7 @@ async fn a_developer_over_its_limit_gets_429_with_retry_after_and_others_do_not(
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_limit_of_zero_switches_limiting_off() {
     let api = TestApi::start_with(limited(0, 1)).await.unwrap();
     let key = api.new_developer().await;

@@ -20,7 +20,7 @@ fn at(event: &Value) -> chrono::DateTime<chrono::Utc> {
     expect::timestamp(&event["event_created_at"])
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
     let options = ApiOptions { retry_schedule: Some("500ms".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
@@ -95,7 +95,7 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     const EVENTS: usize = 2_000;
     let api = TestApi::start().await.unwrap();
@@ -129,7 +129,7 @@ fn batches_of_ten() -> ApiOptions {
 
 /// One recovery runs per endpoint: a second call while it runs answers 409
 /// naming it, and `GET …/recover` shows how far it got, then that it is done.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn one_recovery_runs_per_endpoint_and_its_progress_is_shown() {
     let api = TestApi::start_with(batches_of_ten()).await.unwrap();
     let key = api.new_developer().await;
@@ -166,7 +166,7 @@ async fn one_recovery_runs_per_endpoint_and_its_progress_is_shown() {
 
 /// A recovery the API stops in the middle of (as on SIGTERM) goes on after
 /// its restart from where it was, and queues every delivery it counted once.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
     const EVENTS: usize = 500;
     let mut api = TestApi::start_with(batches_of_ten()).await.unwrap();

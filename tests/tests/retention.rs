@@ -59,7 +59,7 @@ async fn keeps_the_recent(what: &str, made: &Made, read: impl AsyncFnOnce() -> H
     listed
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn old_events_deliveries_and_logs_go_while_new_ones_stay() {
     let api = TestApi::start_with(short_retention()).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -134,7 +134,7 @@ async fn old_events_deliveries_and_logs_go_while_new_ones_stay() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_event_still_being_retried_stays_until_its_delivery_settles() {
     let options = ApiOptions { retry_schedule: Some("1h".into()), ..short_retention() };
     let api = TestApi::start_with(options).await.unwrap();
@@ -178,7 +178,7 @@ async fn an_event_still_being_retried_stays_until_its_delivery_settles() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_deleted_endpoint_loses_its_key_and_what_was_queued_for_it_is_cancelled() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

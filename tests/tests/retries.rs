@@ -20,7 +20,7 @@ fn field(entries: &[Value], name: &str) -> Vec<Value> {
     entries.iter().map(|e| e[name].clone()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn failed_attempts_are_retried_signed_afresh_and_logged_newest_first() {
     let api = TestApi::start_with(schedule("1s,1s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -80,7 +80,7 @@ async fn failed_attempts_are_retried_signed_afresh_and_logged_newest_first() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_delivery_waiting_for_its_retry_is_upcoming_and_send_delivers_it_now() {
     let api = TestApi::start_with(schedule("1h")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -108,7 +108,7 @@ async fn a_delivery_waiting_for_its_retry_is_upcoming_and_send_delivers_it_now()
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_delivery_fails_after_its_last_attempt_and_send_still_delivers_it() {
     let api = TestApi::start_with(schedule("1s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -144,7 +144,7 @@ async fn a_delivery_fails_after_its_last_attempt_and_send_still_delivers_it() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn deleting_an_endpoint_cancels_its_retries() {
     let api = TestApi::start_with(schedule("1s,1s,1s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -180,7 +180,7 @@ async fn deleting_an_endpoint_cancels_its_retries() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_longer_retry_after_on_503_is_honoured() {
     // The schedule would retry after at most 500 ms; the receiver asks for 2 s.
     let api = TestApi::start_with(schedule("500ms,5s")).await.unwrap();
@@ -205,7 +205,7 @@ async fn a_longer_retry_after_on_503_is_honoured() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
     let api = TestApi::start_with(schedule("10s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -251,7 +251,7 @@ async fn a_send_overtakes_a_scheduled_retry_which_then_delivers_nothing() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn send_forces_one_attempt_and_its_retries_wait_while_the_endpoint_is_disabled() {
     let api = TestApi::start_with(schedule("1s,1s")).await.unwrap();
     let mut dispatcher = api.start_dispatcher().await.unwrap();

@@ -28,7 +28,7 @@ fn sequence(request: &RecordedRequest) -> i64 {
 /// which delivers in-process).
 async fn competing_dispatchers(api: &TestApi) -> Vec<TestDispatcher> {
     let mut dispatchers = vec![api.start_dispatcher().await.unwrap()];
-    if Backend::from_env() == Backend::Distributed {
+    if Backend::current() == Backend::Distributed {
         dispatchers.push(api.start_dispatcher().await.unwrap());
     }
     dispatchers
@@ -84,7 +84,7 @@ fn assert_in_turn(name: &str, receiver: &Receiver, sequences: &[i64]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_controls_are_shown_changed_and_checked() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -132,7 +132,7 @@ async fn the_controls_are_shown_changed_and_checked() {
 /// attempt, and another whose receiver refuses one event for good: each
 /// gets its events in sequence, every one once with success, and the second
 /// holds only its own later events while its failing one is retried.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
     let options = ApiOptions { retry_schedule: Some("200ms,200ms".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
@@ -196,7 +196,7 @@ async fn an_ordered_endpoint_gets_its_events_in_sequence_through_failures() {
 /// late lifecycle message leaves it): whether a delivery takes its turn is
 /// read from the store at the attempt, so every retry after the switch goes
 /// in `event_sequence` order.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_endpoint_switched_to_ordered_mid_burst_gets_the_rest_in_sequence() {
     let options = ApiOptions {
         retry_schedule: Some("1s,1s,1s".into()),
@@ -233,7 +233,7 @@ async fn an_endpoint_switched_to_ordered_mid_burst_gets_the_rest_in_sequence() {
 /// Receivers that answer 429 to every request beyond `limit` in the last
 /// second: the pace, set higher, comes down to what the receiver takes, and
 /// every event is delivered (none fails for being throttled).
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_throttling_receiver_sets_the_pace_and_nothing_fails() {
     const LIMIT: usize = 20;
     const EVENTS: usize = 200;
@@ -283,7 +283,7 @@ async fn a_throttling_receiver_sets_the_pace_and_nothing_fails() {
 /// The pace holds across dispatchers: at 10 per second, 40 events take about
 /// four seconds, and no second sees more than the limit (and one of slack
 /// for a start on the second's edge).
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_pace_holds_across_dispatchers() {
     const RATE: usize = 10;
     const EVENTS: usize = 40;
@@ -314,7 +314,7 @@ async fn the_pace_holds_across_dispatchers() {
 /// another's events arrive at once: the backlog, beyond its developer's fair
 /// share, waits in the bulk lane, which never takes every slot. Then the
 /// backlog drains whole.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn one_developers_backlog_does_not_hold_up_another() {
     const BACKLOG: usize = 600;
     let options = ApiOptions {
@@ -364,7 +364,7 @@ async fn one_developers_backlog_does_not_hold_up_another() {
 /// "Scheduling": adaptive slots). With a fixed share of slots, the hanging
 /// endpoint would take all eight here and the other events would wait for
 /// its timeouts.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_hanging_endpoint_holds_few_slots_and_the_others_go_on() {
     let options = ApiOptions {
         delivery_timeout: "25s".into(),
@@ -406,7 +406,7 @@ async fn a_hanging_endpoint_holds_few_slots_and_the_others_go_on() {
 /// the endpoint answers again. The sweep interval is far longer than the
 /// test: in the distributed mode the endpoint's first success releases what
 /// was set aside, not the sweeper.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_hung_endpoints_backlog_waits_aside_and_goes_once_it_answers() {
     const EVENTS: usize = 30;
     // The first attempts hang for the delivery timeout (5 s): the other
@@ -464,10 +464,10 @@ async fn a_hung_endpoints_backlog_waits_aside_and_goes_once_it_answers() {
 /// The order holds when processes die mid-delivery: dispatchers (or the
 /// standalone process) are killed with SIGKILL and replaced while an ordered
 /// endpoint's events go out, every third failing its first attempt.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_order_holds_through_kill_9() {
     const EVENTS: usize = 40;
-    let backend = Backend::from_env();
+    let backend = Backend::current();
     let programs = Programs::at(env!("CARGO_BIN_EXE_api-process"), env!("CARGO_BIN_EXE_dispatcher-process"));
     let options = StackOptions { retry_schedule: "300ms,300ms,300ms".into(), ..StackOptions::new(backend, "ordering") };
     let mut stack = Stack::start(programs, options).await.unwrap();
@@ -530,7 +530,7 @@ async fn the_order_holds_through_kill_9() {
 
 /// While an ordered endpoint's first event keeps failing, the next one waits
 /// (listed upcoming, not sent); `send` delivers it out of turn at once.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn send_skips_an_ordered_endpoints_turn() {
     let options = ApiOptions { retry_schedule: Some("1h".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();
@@ -548,7 +548,7 @@ async fn send_skips_an_ordered_endpoints_turn() {
     // Marked waiting where a dispatcher took the message; standalone's queue
     // simply leaves it pending. (The first is recorded retrying once its
     // attempt's outcome is written, a moment after the receiver saw it.)
-    let expected = if Backend::from_env() == Backend::Distributed { "waiting" } else { "pending" };
+    let expected = if Backend::current() == Backend::Distributed { "waiting" } else { "pending" };
     eventually("the first event retries and the second waits its turn", WAIT, async || {
         let entries = upcoming_entries(&api, &key, &webhook, "").await;
         let states: Vec<&str> = entries.iter().filter_map(|e| e["delivery"]["state"].as_str()).collect();
@@ -576,7 +576,7 @@ async fn send_skips_an_ordered_endpoints_turn() {
 /// endpoint whose first event keeps failing holds the rest waiting (counted
 /// in `deliveries_waiting`, never as due), and, with no dispatcher running,
 /// an event due for delivery ages in `oldest_due_seconds` of its lane.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_backlog_gauges_show_what_waits_and_for_how_long() {
     let options = ApiOptions { retry_schedule: Some("1h".into()), ..ApiOptions::default() };
     let api = TestApi::start_with(options).await.unwrap();

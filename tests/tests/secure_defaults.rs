@@ -113,7 +113,7 @@ async fn trickle(mut writer: tokio::net::tcp::OwnedWriteHalf, bytes: Vec<u8>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_internal_listener_off_loopback_needs_a_token() {
     for token in [None, Some(""), Some("   ")] {
         let mut options = with_args(&["--internal-listen-addr", "0.0.0.0:8081"]);
@@ -157,13 +157,9 @@ async fn an_internal_listener_off_loopback_needs_a_token() {
 /// The dispatcher's listener follows the internal listener's rules: off
 /// loopback it needs a token, the token guards `/metrics` but not the
 /// probes, and a client that sends its head slowly is cut off.
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test(distributed)]
 async fn the_dispatchers_listener_is_guarded_like_the_internal_one() {
     let api = TestApi::start().await.unwrap();
-    if api.is_standalone() {
-        eprintln!("skipped: standalone mode has no dispatcher listener of its own");
-        return api.shutdown().await.unwrap();
-    }
     let refused = api.start_dispatcher_with(&["--dispatcher-listen-addr", "0.0.0.0:8082"]).await.unwrap_err();
     let refused = format!("{refused:#}");
     assert!(refused.contains("DISPATCHER_LISTEN_ADDR") && refused.contains("INTERNAL_TOKEN"), "{refused}");
@@ -216,7 +212,7 @@ async fn the_dispatchers_listener_is_guarded_like_the_internal_one() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn production_refuses_to_start_without_a_key_encryption_key() {
     let production = |args: &[&str]| ApiOptions { environment: Environment::Production, ..with_args(args) };
     for args in [&[][..], &["--key-encryption-key", ""], &["--key-encryption-key", "  "]] {
@@ -241,7 +237,7 @@ async fn production_refuses_to_start_without_a_key_encryption_key() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_client_sending_its_headers_slowly_is_cut_off() {
     let header_timeout = Duration::from_secs(3);
     let api = TestApi::start_with(with_args(&["--header-read-timeout", "3s"])).await.unwrap();
@@ -275,7 +271,7 @@ async fn a_client_sending_its_headers_slowly_is_cut_off() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_request_whose_body_comes_slowly_answers_408_and_claims_nothing() {
     let request_timeout = Duration::from_secs(2);
     let mut options = with_args(&["--request-timeout", "2s"]);
@@ -320,7 +316,7 @@ async fn a_request_whose_body_comes_slowly_answers_408_and_claims_nothing() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_client_that_stops_reading_its_answer_is_cut_off() {
     let stall_limit = Duration::from_secs(3);
     let api = TestApi::start_with(with_args(&["--header-read-timeout", "3s"])).await.unwrap();
@@ -359,7 +355,7 @@ async fn a_client_that_stops_reading_its_answer_is_cut_off() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn connections_over_the_cap_wait_until_one_closes() {
     let options = with_args(&["--max-connections", "2", "--header-read-timeout", "60s"]);
     let api = TestApi::start_with(options).await.unwrap();
@@ -396,7 +392,7 @@ async fn connections_over_the_cap_wait_until_one_closes() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_slow_client_does_not_hold_up_a_clean_stop() {
     let mut api = TestApi::start_with(with_args(&["--header-read-timeout", "60s"])).await.unwrap();
     let key = api.new_developer().await;
@@ -415,7 +411,7 @@ async fn a_slow_client_does_not_hold_up_a_clean_stop() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_replayed_post_still_needs_the_scope_of_its_route() {
     let api = TestApi::start().await.unwrap();
     let owner = api.new_developer().await;
@@ -457,7 +453,7 @@ async fn a_replayed_post_still_needs_the_scope_of_its_route() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn another_spelling_of_the_current_url_is_no_change() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;

@@ -93,7 +93,7 @@ async fn rotate(api: &TestApi, key: &DeveloperKey, webhook: &Value) -> Value {
     api.post(&format!("/webhooks/{}/rotate_key", id(webhook)), key, &json!({})).await.expect(200).clone()
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn during_a_rotation_both_keys_verify_every_delivery_then_only_the_new_one() {
     let api = start().await;
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -149,7 +149,7 @@ async fn during_a_rotation_both_keys_verify_every_delivery_then_only_the_new_one
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn standard_deliveries_verify_with_an_independent_ed25519_and_a_scheme_switch_overlaps() {
     let api = start().await;
     let mut dispatcher = api.start_dispatcher().await.unwrap();
@@ -201,7 +201,7 @@ async fn standard_deliveries_verify_with_an_independent_ed25519_and_a_scheme_swi
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn rotation_and_schemes_refuse_what_they_should() {
     let api = start().await;
     let key = api.new_developer().await;

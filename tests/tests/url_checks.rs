@@ -18,7 +18,7 @@ async fn endpoint_count(api: &TestApi, key: &tests::DeveloperKey) -> u64 {
     list.expect(200)["count"].as_u64().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn only_absolute_https_urls_without_credentials_are_accepted() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -51,7 +51,7 @@ async fn only_absolute_https_urls_without_credentials_are_accepted() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_certificate_from_a_trusted_root_for_the_host_passes() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -68,7 +68,7 @@ async fn a_certificate_from_a_trusted_root_for_the_host_passes() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_self_signed_certificate_is_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -80,7 +80,7 @@ async fn a_self_signed_certificate_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_certificate_from_an_untrusted_ca_is_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -94,7 +94,7 @@ async fn a_certificate_from_an_untrusted_ca_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn an_expired_certificate_is_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -106,7 +106,7 @@ async fn an_expired_certificate_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_certificate_for_another_host_is_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -119,7 +119,7 @@ async fn a_certificate_for_another_host_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_host_that_does_not_answer_tls_is_refused() {
     let api = TestApi::start_with(ApiOptions { delivery_timeout: "2s".into(), ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
@@ -149,7 +149,7 @@ async fn a_host_that_does_not_answer_tls_is_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn non_public_addresses_are_refused_unless_allowed() {
     let api = TestApi::start_with(ApiOptions { allow_private: false, ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
@@ -206,7 +206,7 @@ async fn non_public_addresses_are_refused_unless_allowed() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn loopback_receivers_pass_when_private_targets_are_allowed() {
     // The control for the test above: the same kind of receiver, reached the
     // same ways, passes once TARGET_ALLOW_PRIVATE=true.

@@ -31,7 +31,7 @@ fn categories(webhook: &Value) -> Vec<String> {
     names
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn creating_an_endpoint_answers_a_disabled_webhook_with_its_own_key() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -60,7 +60,7 @@ async fn creating_an_endpoint_answers_a_disabled_webhook_with_its_own_key() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn creation_takes_epoch_and_categories() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -89,7 +89,7 @@ async fn creation_takes_epoch_and_categories() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn creation_refuses_bad_fields_and_creates_nothing() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -112,7 +112,7 @@ async fn creation_refuses_bad_fields_and_creates_nothing() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_list_is_newest_first() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -135,7 +135,7 @@ async fn the_list_is_newest_first() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn status_switches_between_active_and_disabled() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -163,7 +163,7 @@ async fn status_switches_between_active_and_disabled() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn status_accepts_only_active_or_disabled_and_changes_nothing_otherwise() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -182,7 +182,7 @@ async fn status_accepts_only_active_or_disabled_and_changes_nothing_otherwise() 
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_url_of_an_active_endpoint_cannot_change() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -212,7 +212,7 @@ async fn the_url_of_an_active_endpoint_cannot_change() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn the_url_of_a_disabled_endpoint_changes_after_a_new_check() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -245,7 +245,7 @@ async fn the_url_of_a_disabled_endpoint_changes_after_a_new_check() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn categories_change_and_unknown_ones_are_refused() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -272,7 +272,7 @@ async fn categories_change_and_unknown_ones_are_refused() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_deleted_endpoint_answers_404_everywhere() {
     let api = TestApi::start().await.unwrap();
     let key = api.new_developer().await;
@@ -301,7 +301,7 @@ async fn a_deleted_endpoint_answers_404_everywhere() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn a_developer_has_at_most_the_configured_number_of_endpoints() {
     let api = TestApi::start_with(ApiOptions { max_endpoints: 5, ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
@@ -330,7 +330,7 @@ async fn a_developer_has_at_most_the_configured_number_of_endpoints() {
     api.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tests::test]
 async fn concurrent_creates_do_not_pass_the_limit() {
     let api = TestApi::start_with(ApiOptions { max_endpoints: 2, ..ApiOptions::default() }).await.unwrap();
     let key = api.new_developer().await;
