@@ -111,6 +111,7 @@ enum EndpointsCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(store_settings))]
 struct EndpointsListArgs {
     #[command(flatten)]
     common: CommonConfig,
@@ -123,6 +124,7 @@ struct EndpointsListArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(store_settings))]
 struct EndpointsLogsArgs {
     #[command(flatten)]
     common: CommonConfig,
@@ -156,6 +158,7 @@ enum DeadLettersCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(broker_settings))]
 struct DeadLettersArgs {
     #[command(flatten)]
     common: CommonConfig,
@@ -168,6 +171,7 @@ struct DeadLettersArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(store_settings))]
 struct Common {
     #[command(flatten)]
     common: CommonConfig,
@@ -177,6 +181,9 @@ struct Common {
 enum KeysCommand {
     /// Create a key and print `{"key": …, "api_key": {…}}` on stdout.
     Create(CreateKey),
+    /// List the active keys (never the keys themselves) with their
+    /// developers' ids, newest first.
+    List(ListKeys),
     /// Seal every stored endpoint private key with the first key of
     /// KEY_ENCRYPTION_KEY (after a new key was listed first everywhere);
     /// progress on stderr, a JSON summary on stdout. Safe while the
@@ -185,6 +192,7 @@ enum KeysCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(reseal_settings))]
 struct ResealKeys {
     #[command(flatten)]
     common: CommonConfig,
@@ -194,10 +202,28 @@ struct ResealKeys {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(store_settings))]
+struct ListKeys {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// Only this developer's keys.
+    #[arg(long)]
+    developer_id: Option<Uuid>,
+    /// At most this many keys.
+    #[arg(long, default_value_t = 100)]
+    limit: i64,
+    /// Print the `ApiKey` objects as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(mut_args(key_settings))]
 struct CreateKey {
     #[command(flatten)]
     common: CommonConfig,
-    /// The developer who owns the key; a new developer id when absent.
+    /// The developer who owns the key (`keys list` shows them); a new
+    /// developer, who sees none of the others' endpoints, when absent.
     #[arg(long)]
     developer_id: Option<Uuid>,
     /// A name for the key, at most 100 characters.
@@ -206,6 +232,36 @@ struct CreateKey {
     /// Comma-separated scopes; unrestricted when absent.
     #[arg(long, value_delimiter = ',')]
     scopes: Option<Vec<String>>,
+}
+
+/// The service settings (`CommonConfig`) an operator's command takes: all
+/// of them, so a command reads the same environment as the service, but
+/// its `--help` shows only the ones it uses.
+fn showing(arg: clap::Arg, used: &[&str]) -> clap::Arg {
+    static SERVICE: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        CommonConfig::augment_args(clap::Command::new("settings"))
+            .get_arguments()
+            .map(|arg| arg.get_id().to_string())
+            .collect()
+    });
+    let id = arg.get_id().as_str();
+    if SERVICE.iter().any(|name| name == id) && !used.contains(&id) { arg.hide(true) } else { arg }
+}
+
+fn store_settings(arg: clap::Arg) -> clap::Arg {
+    showing(arg, &["database_url", "data_dir", "log_format"])
+}
+
+fn key_settings(arg: clap::Arg) -> clap::Arg {
+    showing(arg, &["database_url", "data_dir", "platform_environment", "log_format"])
+}
+
+fn reseal_settings(arg: clap::Arg) -> clap::Arg {
+    showing(arg, &["database_url", "data_dir", "key_encryption_key", "log_format"])
+}
+
+fn broker_settings(arg: clap::Arg) -> clap::Arg {
+    showing(arg, &["amqp_url", "queue_prefix", "log_format"])
 }
 
 fn print(text: &str) -> anyhow::Result<()> {
@@ -242,7 +298,14 @@ pub async fn main() -> anyhow::Result<()> {
             anyhow::ensure!(name.is_none_or(|n| n.chars().count() <= 100), "--name must be at most 100 characters");
             let scopes = crate::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
             let (store, _) = webhooks_store::open::for_command(&args.common).await?;
-            let developer_id = args.developer_id.unwrap_or_else(Uuid::new_v4);
+            let developer_id = args.developer_id.unwrap_or_else(|| {
+                let new = Uuid::new_v4();
+                eprintln!(
+                    "keys create: no --developer-id, so this key is for a new developer, {new}, who sees no other \
+                     developer's endpoints; `webhooks-api keys list` shows the developers there are"
+                );
+                new
+            });
             let issued = crate::keys::issue(
                 &store,
                 args.common.platform_environment,
@@ -254,6 +317,16 @@ pub async fn main() -> anyhow::Result<()> {
             .await?;
             let out = serde_json::json!({ "key": issued.key, "api_key": issued.api_key });
             print(&format!("{out}\n"))
+        }
+        Command::Keys { command: KeysCommand::List(args) } => {
+            webhooks_config::telemetry::init(args.common.log_format);
+            anyhow::ensure!((1..=10_000).contains(&args.limit), "--limit must be between 1 and 10000");
+            let (store, _) = webhooks_store::open::for_command(&args.common).await?;
+            let keys = match args.developer_id {
+                Some(developer_id) => store.list_api_keys(developer_id).await?,
+                None => store.all_api_keys(args.limit).await?,
+            };
+            print(&crate::operator::render_keys(&keys, args.json)?)
         }
         Command::Keys { command: KeysCommand::Reseal(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
@@ -304,12 +377,14 @@ pub async fn main() -> anyhow::Result<()> {
         }
         Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
+            no_dead_letters_in_standalone(&args.common)?;
             let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
             let listed = dead_letters::list(&args.common.amqp_url, &topology, args.limit).await?;
             print(&render_list(&listed, args.json))
         }
         Command::DeadLetters { command: DeadLettersCommand::Replay(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
+            no_dead_letters_in_standalone(&args.common)?;
             let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
             let done = dead_letters::replay(&args.common.amqp_url, &topology, args.limit, |done| {
                 if !args.json && done.replayed > 0 && done.replayed % 100 == 0 {
@@ -327,6 +402,21 @@ pub async fn main() -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Refuses the dead-letter commands where the store at hand is standalone
+/// mode's, which has no broker: asking the default RabbitMQ would answer
+/// about some other installation, or hang.
+fn no_dead_letters_in_standalone(common: &CommonConfig) -> anyhow::Result<()> {
+    if let Ok(webhooks_store::open::CommandStore::Standalone(dir)) = webhooks_store::open::CommandStore::of(common) {
+        anyhow::bail!(
+            "standalone mode ({}) has no dead-letter queue: a delivery it cannot make stays in its store, with \
+             its log (`webhooks-api endpoints logs <endpoint>`). Set DATABASE_URL and AMQP_URL for the \
+             distributed system's",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// `webhooks-api verify`: no tracing, no database; exits 0, 1 or 2.
@@ -363,13 +453,24 @@ fn verify_files(args: &VerifyArgs) -> anyhow::Result<(String, i32)> {
 
 async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {
     Ok(crate::Listeners {
-        public: TcpListener::bind(config.api_listen_addr)
-            .await
-            .with_context(|| format!("bind API_LISTEN_ADDR {}", config.api_listen_addr))?,
-        internal: TcpListener::bind(config.internal_listen_addr)
-            .await
-            .with_context(|| format!("bind INTERNAL_LISTEN_ADDR {}", config.internal_listen_addr))?,
+        public: listen("API_LISTEN_ADDR", config.api_listen_addr).await?,
+        internal: listen("INTERNAL_LISTEN_ADDR", config.internal_listen_addr).await?,
     })
+}
+
+/// Binds the listener `setting` names; a port in use says what to do.
+async fn listen(setting: &str, addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(listener),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => Err(error).with_context(|| {
+            format!(
+                "cannot listen on {addr} ({setting}): another process has it, often a webhooks-api started \
+                 earlier (the README's `cargo run ... standalone`, or one in the background: `pkill -f \
+                 webhooks-api`). Stop that one, or set {setting} to a free address"
+            )
+        }),
+        Err(error) => Err(error).with_context(|| format!("bind {setting} {addr}")),
+    }
 }
 
 /// `webhooks-api standalone`: takes the data directory for this process
@@ -426,29 +527,49 @@ fn next_steps(config: &StandaloneConfig, listeners: &crate::Listeners, developer
         Some(_) => " -H \"Authorization: Bearer $INTERNAL_TOKEN\"",
         None => "",
     };
+    let common = &config.api.common;
+    // Endpoints must be HTTPS with a certificate the service trusts, on a
+    // public address unless allowed: the development receiver needs both.
+    let receiver = if common.tls_extra_roots.is_some() && common.target_allow_private {
+        "  # 0. The development receiver, in another terminal, if it is not running yet\n  \
+         #    (this service must trust its CA: TLS_EXTRA_ROOTS=webhooks-receiver/ca.pem):\n  \
+         webhooks-api receiver\n"
+            .to_owned()
+    } else {
+        "  # 0. A receiver for development, in another terminal (a throwaway CA in\n  \
+         #    ./webhooks-receiver, HTTPS on localhost:9443):\n  \
+         webhooks-api receiver\n  \
+         #    This service must trust it and may deliver to localhost: stop it (Ctrl-C)\n  \
+         #    and start it again, in this folder, as\n  \
+         TLS_EXTRA_ROOTS=webhooks-receiver/ca.pem TARGET_ALLOW_PRIVATE=true webhooks-api standalone\n"
+            .to_owned()
+    };
     let steps = format!(
         r#"
 webhooks-api standalone is running: API {api}, internal listener {internal}.
-The JSON line on stdout is your API key, shown once. Next steps:
+The JSON line on stdout is your API key, shown once and kept nowhere else
+(only its hash is stored): save it. Next steps:
 
   export KEY=sk-...   # the "key" of that line
 
-  # 1. Register an HTTPS endpoint (it must answer a TLS handshake; for a local
-  #    receiver see TLS_EXTRA_ROOTS and TARGET_ALLOW_PRIVATE in the README):
-  curl -s {api}/webhooks -H "Api-Key: $KEY" -H "Idempotency-Key: $(date +%s%N)" \
-       -H "Content-Type: application/json" -d '{{"url": "https://receiver.example.com/webhooks"}}'
+{receiver}
+  # 1. Register the receiver as an endpoint, and keep its id:
+  ENDPOINT=$(curl -s {api}/webhooks -H "Api-Key: $KEY" -H "Idempotency-Key: first-endpoint" \
+       -H "Content-Type: application/json" -d '{{"url": "https://localhost:9443/hooks"}}' \
+       | sed -n 's/.*"id":"\(wep_[0-9a-f]*\)".*/\1/p'); echo "$ENDPOINT"
 
-  # 2. Switch it on (use the "id" it answered):
-  curl -s -X PUT {api}/webhooks/wep_... -H "Api-Key: $KEY" \
+  # 2. Switch it on (endpoints start disabled):
+  curl -s -X PUT {api}/webhooks/$ENDPOINT -H "Api-Key: $KEY" \
        -H "Content-Type: application/json" -d '{{"status": "active"}}'
 
   # 3. Publish an event, as the platform's services do:
   curl -s {internal}/internal/events{token} -H "Content-Type: application/json" \
-       -d '{{"developer_id": "{developer_id}", "event_category": "transfer", "event_type": "transfer.updated", "event_object_id": "tr_1", "event_object": {{"id": "tr_1", "state": "payment_processed"}}}}'
+       -d '{{"developer_id": "{developer_id}", "event_category": "transfer", "event_type": "transfer.updated.status_transitioned", "event_object_id": "tr_1", "event_object": {{"id": "tr_1", "amount": "100.00", "state": "payment_processed"}}}}'
 
   # 4. Read the delivery log:
-  curl -s {api}/webhooks/wep_.../logs -H "Api-Key: $KEY"
+  curl -s {api}/webhooks/$ENDPOINT/logs -H "Api-Key: $KEY"
 
+docs/quickstart.md walks through the same, with the signature checked.
 "#
     );
     let mut err = std::io::stderr().lock();

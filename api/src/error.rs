@@ -85,8 +85,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{0}")]
     InvalidState(String),
-    #[error("request body too large")]
-    TooLarge,
+    /// The body is over `limit` bytes, the value of `setting`.
+    #[error("request body over {limit} bytes")]
+    TooLarge { limit: usize, setting: &'static str },
     #[error("unsupported media type")]
     UnsupportedMediaType,
     #[error("Idempotency-Key reused with a different request")]
@@ -119,7 +120,7 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::InvalidState(_) => StatusCode::CONFLICT,
-            ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -167,7 +168,10 @@ impl ApiError {
                 plain("method_not_allowed", "This method is not allowed on this resource".into())
             }
             ApiError::InvalidState(message) => plain("invalid_state", message.clone()),
-            ApiError::TooLarge => plain("too_large", "The request body is too large".into()),
+            ApiError::TooLarge { limit, setting } => plain(
+                "too_large",
+                format!("The request body is over the limit of {limit} bytes (the service's {setting})"),
+            ),
             ApiError::UnsupportedMediaType => {
                 plain("unsupported_media_type", "The request body must be JSON (Content-Type: application/json)".into())
             }
@@ -206,7 +210,7 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited(wait) = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
         }
-        if let ApiError::TooLarge = &self {
+        if let ApiError::TooLarge { .. } = &self {
             // The rest of the body may stay unread, so the server closes
             // the connection: say so, or a client may send its next request
             // on it and lose that request.

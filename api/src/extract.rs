@@ -17,6 +17,11 @@ use crate::error::{ApiError, Location};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
+/// The public API's body limit (`MAX_REQUEST_BYTES`), for the error that
+/// names it; set on every request by the router.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
@@ -30,9 +35,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                 let mime = mime.trim().to_ascii_lowercase();
                 mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
             });
+        let limit = req.extensions().get::<BodyLimit>().map_or(0, |limit| limit.0);
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::TooLarge
+                ApiError::TooLarge { limit, setting: "MAX_REQUEST_BYTES" }
             } else {
                 ApiError::invalid(Location::Body, "body", "The request body could not be read")
             }

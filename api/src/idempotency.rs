@@ -96,7 +96,8 @@ pub async fn idempotency(State(state): State<AppState>, request: Request, next: 
     })?;
 
     let (parts, body) = request.into_parts();
-    let bytes = to_bytes(body, state.config.max_request_bytes).await.map_err(|_| ApiError::TooLarge)?;
+    let limit = state.config.max_request_bytes;
+    let bytes = to_bytes(body, limit).await.map_err(|_| ApiError::TooLarge { limit, setting: "MAX_REQUEST_BYTES" })?;
     let developer_id = caller.developer_id();
     let print = fingerprint(&parts.method, parts.uri.path(), &bytes);
 

@@ -232,7 +232,8 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     if !is_json {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let bytes = to_bytes(body, state.config.max_event_bytes).await.map_err(|_| ApiError::TooLarge)?;
+    let limit = state.config.max_event_bytes;
+    let bytes = to_bytes(body, limit).await.map_err(|_| ApiError::TooLarge { limit, setting: "MAX_EVENT_BYTES" })?;
     let idempotency_key = idempotency::key_from_headers(&headers)?;
     let body: IngestEvent = parse_json(&bytes)?;
     validate(&body)?;

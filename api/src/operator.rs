@@ -49,6 +49,7 @@ pub async fn send_event(target: &SendTarget<'_>, body: Vec<u8>) -> anyhow::Resul
     let tls = tls::client_config(tls::root_store(None)?)?;
     let client = reqwest::Client::builder().use_preconfigured_tls(tls).build().context("HTTP client")?;
     let url = format!("{}/internal/events", target.internal_url.trim_end_matches('/'));
+    let body_len = body.len();
     let mut request = client.post(&url).header("Content-Type", "application/json").body(body);
     if let Some(token) = target.token {
         request = request.bearer_auth(token);
@@ -56,16 +57,33 @@ pub async fn send_event(target: &SendTarget<'_>, body: Vec<u8>) -> anyhow::Resul
     if let Some(key) = target.idempotency_key {
         request = request.header("Idempotency-Key", key);
     }
-    let response = request.send().await.with_context(|| {
-        format!("cannot reach the internal listener at {url}: is the service running (serve or standalone)?")
-    })?;
+    let size = body_len;
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(error) if error.is_connect() => {
+            return Err(error).with_context(|| {
+                format!("cannot reach the internal listener at {url}: is the service running (serve or standalone)?")
+            });
+        }
+        // Reached, then cut off while sending: the service answers an
+        // event over its limit at once and closes the connection.
+        Err(error) => {
+            return Err(error).with_context(|| {
+                format!(
+                    "the service at {url} closed the connection while the event ({size} bytes) was being sent; an \
+                     event over its MAX_EVENT_BYTES (256 KiB by default) is refused that way"
+                )
+            });
+        }
+    };
     let status = response.status();
-    let answer: serde_json::Value = response.json().await.context("the service's answer is not JSON")?;
+    let text = response.text().await.context("read the service's answer")?;
+    let answer: Option<serde_json::Value> = serde_json::from_str(&text).ok();
     if !status.is_success() {
-        let message = answer["message"].as_str().unwrap_or("no message");
-        anyhow::bail!("the service refused the event: {status} {message}");
+        let message = answer.as_ref().and_then(|a| a["message"].as_str()).unwrap_or(text.trim());
+        anyhow::bail!("the service refused the event: {status}: {message}");
     }
-    Ok(answer)
+    answer.context("the service's answer is not JSON")
 }
 
 /// One line for an accepted event.
@@ -111,6 +129,33 @@ pub fn render_endpoints(endpoints: &[EndpointRecord], json: bool) -> anyhow::Res
             endpoint.signature_scheme.as_str(),
             endpoint.url,
             health
+        );
+    }
+    Ok(out)
+}
+
+/// API keys as lines for people (developer, key id, the key's visible
+/// part, scopes, name, created), or as JSON `ApiKey` objects.
+pub fn render_keys(keys: &[webhooks_model::ApiKey], json: bool) -> anyhow::Result<String> {
+    if json {
+        return Ok(format!("{}\n", serde_json::to_string(keys)?));
+    }
+    if keys.is_empty() {
+        return Ok("no keys\n".to_owned());
+    }
+    let mut out = String::new();
+    for key in keys {
+        let scopes: Vec<&str> = key.scopes.iter().map(|scope| scope.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "developer {}  key {}  {}-…{}  {}  {}  created {}",
+            key.owner_id,
+            key.id,
+            key.prefix,
+            key.last_4,
+            scopes.join(","),
+            key.name.as_deref().unwrap_or("(no name)"),
+            webhooks_model::time::format(&key.created_at)
         );
     }
     Ok(out)

@@ -369,3 +369,159 @@ async fn an_unreachable_database_or_broker_is_named_with_what_to_do() {
     assert!(stderr.contains(&format!("cannot reach RabbitMQ at amqp://guest:***@{closed}")), "{stderr}");
     assert!(stderr.contains("webhooks-api standalone"), "{stderr}");
 }
+
+/// Runs `args` on the setup's `DATA_DIR` (or in `dir` with no `DATA_DIR`)
+/// and returns its exit success, stdout and stderr.
+async fn run_command(setup: &Setup, args: &[&str], dir: Option<&std::path::Path>) -> (bool, String, String) {
+    let mut command = setup.command(args);
+    if let Some(dir) = dir {
+        command.env_remove("DATA_DIR").current_dir(dir);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{args:?} did not finish within 30 s"))
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+/// The first hour's traps, each as a newcomer meets it: the operator's
+/// commands say what they did and what to set, errors tell the truth, and
+/// `--help` of a client command shows what it uses.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_line_says_what_it_did_and_what_to_set() {
+    let setup = Setup::new();
+    let mut first = setup.start().await;
+    let printed = first_line(&mut first).await;
+    let developer = printed["api_key"]["owner_id"].as_str().unwrap().to_owned();
+
+    // A key without --developer-id is for a new developer, and says so;
+    // `keys list` shows who there is, never the keys themselves.
+    let (ok, out, err) = run_command(&setup, &["keys", "create"], None).await;
+    assert!(ok, "{err}");
+    let made: Value = serde_json::from_str(&out).unwrap();
+    let new_developer = made["api_key"]["owner_id"].as_str().unwrap().to_owned();
+    assert_ne!(new_developer, developer);
+    assert!(err.contains("new developer") && err.contains(&new_developer) && err.contains("keys list"), "{err}");
+    let (ok, out, err) = run_command(&setup, &["keys", "list"], None).await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&developer) && out.contains(&new_developer), "{out}");
+    assert!(!out.contains(printed["key"].as_str().unwrap()) && !out.contains(made["key"].as_str().unwrap()), "{out}");
+
+    // From a folder with no store and nothing set: at once, what to set.
+    let elsewhere = std::env::temp_dir().join(format!("webhooks-elsewhere-{}", random_suffix()));
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let started = std::time::Instant::now();
+    let (ok, _, err) = run_command(&setup, &["keys", "create"], Some(&elsewhere)).await;
+    assert!(!ok);
+    assert!(err.contains("DATA_DIR") && err.contains("DATABASE_URL"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "it took {:?} to say so", started.elapsed());
+    // The dead-letter commands know standalone mode has no broker.
+    let (ok, _, err) = run_command(&setup, &["dead-letters", "list"], None).await;
+    assert!(!ok && err.contains("standalone mode") && err.contains("no dead-letter queue"), "{err}");
+    std::fs::remove_dir_all(&elsewhere).unwrap();
+
+    // An event over MAX_EVENT_BYTES: the service's answer, with the limit
+    // and its setting.
+    let big = json!({
+        "developer_id": developer, "event_category": "transfer",
+        "event_type": "transfer.updated.status_transitioned", "event_object_id": "tr_big",
+        "event_object": { "id": "tr_big", "pad": "x".repeat(300_000) },
+    });
+    let file = setup.data_dir.join("big-event.json");
+    std::fs::write(&file, big.to_string()).unwrap();
+    let url = format!("http://{}", setup.internal);
+    let (ok, _, err) =
+        run_command(&setup, &["events", "send", "--internal-url", &url, file.to_str().unwrap()], None).await;
+    assert!(!ok);
+    assert!(err.contains("413") && err.contains("262144") && err.contains("MAX_EVENT_BYTES"), "{err}");
+    assert!(!err.contains("is the service running"), "{err}");
+    let public = setup.client.post(setup.api("/webhooks")).header("Api-Key", printed["key"].as_str().unwrap());
+    let refused = public.header("Idempotency-Key", "big").json(&big).send().await.unwrap();
+    assert_eq!(refused.status(), 413);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("MAX_REQUEST_BYTES"), "{body}");
+
+    // A second instance on the same ports says who holds them.
+    let other = Setup::new();
+    let mut second = other.command(&["standalone"]);
+    second.env("API_LISTEN_ADDR", setup.public.to_string());
+    let output = second.output().await.unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(err.contains("another process has it") && err.contains("API_LISTEN_ADDR"), "{err}");
+
+    // A client command's help shows the settings it uses, not the server's.
+    for args in
+        [&["endpoints", "list", "--help"][..], &["keys", "create", "--help"], &["dead-letters", "list", "--help"]]
+    {
+        let (ok, out, _) = run_command(&setup, args, None).await;
+        assert!(ok, "{args:?}");
+        for server in ["RETRY_SCHEDULE", "DELIVERY_TIMEOUT", "TLS_EXTRA_ROOTS", "DATABASE_MAX_CONNECTIONS"] {
+            assert!(!out.contains(server), "{args:?} --help shows {server}:\n{out}");
+        }
+        assert!(!out.contains("[`"), "a rustdoc link in {args:?} --help:\n{out}");
+        assert!(out.lines().count() < 60, "{args:?} --help has {} lines", out.lines().count());
+    }
+    kill(&mut first).await;
+}
+
+/// The next steps the first start prints run as printed, in the folder it
+/// runs in, once the development receiver it names is up.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_printed_next_steps_work_as_printed() {
+    let setup = Setup::new();
+    let folder = setup.data_dir.join("folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    let mut receiver = Command::new(api_binary());
+    receiver.arg("receiver").current_dir(&folder).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
+    let mut receiver = receiver.spawn().unwrap();
+    eventually("the receiver's CA", tests::WAIT, async || {
+        if folder.join("webhooks-receiver/ca.pem").exists() { Ok(()) } else { Err("no ca.pem yet".to_owned()) }
+    })
+    .await;
+
+    let mut command = setup.command(&["standalone"]);
+    command
+        .env_remove("DATA_DIR")
+        .env("TLS_EXTRA_ROOTS", "webhooks-receiver/ca.pem")
+        .env("INTERNAL_LISTEN_ADDR", setup.internal.to_string())
+        .current_dir(&folder);
+    let mut service = command.spawn().unwrap();
+    let printed = first_line(&mut service).await;
+    let mut stderr = service.stderr.take().unwrap();
+    let mut text = String::new();
+    let mut chunk = [0u8; 4096];
+    while !text.contains("docs/quickstart.md") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stderr.read(&mut chunk)).await.unwrap().unwrap();
+        assert!(n > 0, "stderr ended before the next steps: {text}");
+        text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+    let steps = &text[text.find("  export KEY=").expect("the export line")..text.find("docs/quickstart.md").unwrap()];
+    let key = printed["key"].as_str().unwrap();
+    let script: String = steps
+        .lines()
+        .filter(|line| line.trim() != "webhooks-api receiver")
+        .map(|line| if line.contains("export KEY=") { format!("export KEY={key}") } else { line.to_owned() })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let run = |script: String| {
+        let folder = folder.clone();
+        async move { Command::new("bash").arg("-euc").arg(script).current_dir(folder).output().await.expect("run bash") }
+    };
+    let output = run(script.clone()).await;
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{script}\n{out}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(out.contains("wep_") && out.contains("\"status\":\"active\""), "{out}");
+    // The log of step 4 fills once the attempt is recorded: run it again.
+    let step4 = script.lines().skip_while(|line| !line.contains("# 4.")).collect::<Vec<_>>().join("\n");
+    let endpoint = out.lines().find(|line| line.starts_with("wep_")).unwrap().trim().to_owned();
+    eventually("the delivery in the log", tests::WAIT, async || {
+        let output = run(format!("export KEY={key} ENDPOINT={endpoint}\n{step4}")).await;
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        if out.contains("\"status\":200") { Ok(()) } else { Err(out) }
+    })
+    .await;
+    kill(&mut service).await;
+    kill(&mut receiver).await;
+}

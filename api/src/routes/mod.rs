@@ -25,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
+        .layer(axum::Extension(crate::extract::BodyLimit(state.config.max_request_bytes)))
         .with_state(state)
 }
 

@@ -83,7 +83,8 @@ where
 /// printed in a log or a panic gives no credential away.
 #[derive(Clone, Args)]
 pub struct CommonConfig {
-    /// PostgreSQL connection string (default [`DEFAULT_DATABASE_URL`]).
+    /// PostgreSQL connection string (default
+    /// `postgres://postgres@127.0.0.1:5432/webhooks`).
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
 

@@ -151,6 +151,12 @@ impl Store {
     }
 
     /// Marks the developer's active key deleted; `None` when there is no such key.
+    /// Every developer's active keys, newest first, at most `limit`: what
+    /// an operator lists to find a developer's id.
+    pub async fn all_api_keys(&self, limit: i64) -> StoreResult<Vec<ApiKey>> {
+        each_backend!(self, s => s.all_api_keys(limit).await)
+    }
+
     pub async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
         each_backend!(self, s => s.delete_api_key(developer_id, id).await)
     }

@@ -89,19 +89,48 @@ fn unreachable(url: &str, error: sqlx::migrate::MigrateError) -> anyhow::Error {
     }
 }
 
-/// The store an operator's command works on: standalone mode's SQLite store
-/// when `DATA_DIR` is set and `DATABASE_URL` is not, or when neither is set
-/// and standalone mode's default folder (`./webhooks-data`) exists; else
-/// PostgreSQL.
-pub async fn for_command(common: &webhooks_config::CommonConfig) -> anyhow::Result<(Store, QueueStore)> {
-    let default_dir = std::path::Path::new(webhooks_config::DEFAULT_DATA_DIR);
-    match (&common.database_url, &common.data_dir) {
-        (None, Some(data_dir)) => standalone(data_dir).await,
-        (None, None) if default_dir.is_dir() => {
-            tracing::info!(data_dir = %default_dir.display(), "working on the standalone store found here");
-            standalone(default_dir).await
+/// Which store an operator's command works on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandStore {
+    /// Standalone mode's folder.
+    Standalone(std::path::PathBuf),
+    /// PostgreSQL at `DATABASE_URL`.
+    Distributed,
+}
+
+impl CommandStore {
+    /// Standalone mode's store when `DATA_DIR` is set and `DATABASE_URL` is
+    /// not, or when neither is set and standalone mode's default folder
+    /// (`./webhooks-data`) is here; PostgreSQL when `DATABASE_URL` is set.
+    /// With neither set and no such folder, the error says what to set
+    /// rather than guessing a database that may not be there.
+    pub fn of(common: &webhooks_config::CommonConfig) -> anyhow::Result<CommandStore> {
+        let default_dir = std::path::Path::new(webhooks_config::DEFAULT_DATA_DIR);
+        match (&common.database_url, &common.data_dir) {
+            (None, Some(data_dir)) => Ok(CommandStore::Standalone(data_dir.clone())),
+            (None, None) if default_dir.is_dir() => Ok(CommandStore::Standalone(default_dir.to_path_buf())),
+            (None, None) => {
+                let here = std::env::current_dir().map(|dir| dir.display().to_string()).unwrap_or_default();
+                anyhow::bail!(
+                    "no store to work on: {here} has no {} folder, and neither DATA_DIR nor DATABASE_URL is set. \
+                     For standalone mode, run this in the folder `webhooks-api standalone` runs in, or set DATA_DIR \
+                     to its data folder; for the distributed system, set DATABASE_URL",
+                    webhooks_config::DEFAULT_DATA_DIR
+                )
+            }
+            (Some(_), _) => Ok(CommandStore::Distributed),
         }
-        _ => distributed(common).await,
+    }
+}
+
+/// The store an operator's command works on ([`CommandStore::of`]).
+pub async fn for_command(common: &webhooks_config::CommonConfig) -> anyhow::Result<(Store, QueueStore)> {
+    match CommandStore::of(common)? {
+        CommandStore::Standalone(data_dir) => {
+            tracing::info!(data_dir = %data_dir.display(), "working on standalone mode's store");
+            standalone(&data_dir).await
+        }
+        CommandStore::Distributed => distributed(common).await,
     }
 }
 

@@ -95,6 +95,16 @@ impl SqliteStore {
         rows.into_iter().map(TryInto::try_into).collect()
     }
 
+    pub(crate) async fn all_api_keys(&self, limit: i64) -> StoreResult<Vec<ApiKey>> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM api_keys WHERE state = 'Active' ORDER BY created_at DESC, id DESC LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
     pub(crate) async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
         let row: Option<Row> = sqlx::query_as(&format!(
             "UPDATE api_keys SET state = 'Deleted', updated_at = $3
