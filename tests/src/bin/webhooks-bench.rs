@@ -60,14 +60,19 @@
 //!    together: the rate the receiver sees from its first arrival to its last
 //!    (and its error against the limit), the most arrivals within any one
 //!    second, and the messages put back to wait for their start or a slot;
-//! 8. recovery: a developer's `BENCH_RECOVERIES` (20) endpoints, disabled
+//! 8. scale-out: each process in a cgroup of its own capped to
+//!    `BENCH_SCALE_MILLICORES` (100) of a core, like a small machine (needs
+//!    root): one backlog of `BENCH_EVENTS` drained by 1, 2 and 4 dispatchers,
+//!    and ingest through 1 and 2 API processes; each run shows the cores
+//!    PostgreSQL and RabbitMQ used, which says which shared part saturates;
+//! 9. recovery: a developer's `BENCH_RECOVERIES` (20) endpoints, disabled
 //!    while `BENCH_RECOVERY_EVENTS` (100000) events arrive, are switched on
 //!    and recovered at once, one dispatcher running, while developer B sends
 //!    `BENCH_FAIR_RATE` events/s to nginx: B's ingest call p99 beside the
 //!    recoveries against the same run just before them;
-//! 9. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
-//!    end with the bench's producer to the in-process receiver and with wrk to
-//!    nginx (CPU: the one process and nginx), and the latency to each.
+//! 10. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
+//!     end with the bench's producer to the in-process receiver and with wrk to
+//!     nginx (CPU: the one process and nginx), and the latency to each.
 //!
 //! Throughputs are also shown ÷ one core's signatures/s, to compare runs on
 //! a noisy machine. Targets (judged on the nginx figures): latency p50 ≤ 3 ms
@@ -78,7 +83,7 @@
 //! ≥ 90% of their deliveries/s; beside 20 recoveries, B's ingest p99 stays
 //! within 2× of its figure alone.
 //!
-//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,recovery,standalone`: the
+//! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,scale,recovery,standalone`: the
 //! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
@@ -1382,7 +1387,44 @@ async fn main() -> anyhow::Result<()> {
         bench.row("    most within one second", paced.busiest.to_string(), "");
     }
 
-    // 8. Recoveries: another developer's ingest beside many recoveries.
+    // 8. Scale-out: dispatchers and API processes, each capped to a small
+    // CPU quota like a small machine, against the shared PostgreSQL and
+    // RabbitMQ.
+    if phase("scale") {
+        let quota = knob("BENCH_SCALE_MILLICORES", 100).clamp(10, 4000) as f64 / 1000.0;
+        let scale = Scale { stack: &stack, database: database.name(), quota, ticks };
+        let mut alone = None;
+        for dispatchers in [1, 2, 4] {
+            let run = scale.drain(&system, &in_process, events, concurrency, dispatchers).await?;
+            let one = *alone.get_or_insert(run.per_s);
+            let ratio = run.per_s / one;
+            let (target, ok): (&'static str, fn(f64) -> bool) = match dispatchers {
+                2 => (">= 1.8 x one", |v| v >= 1.8),
+                4 => (">= 3.4 x one", |v| v >= 3.4),
+                _ => ("", |_| true),
+            };
+            bench.row_with_goal(
+                format!("  scale-out: {dispatchers} dispatcher(s) of {quota} core, deliveries/s"),
+                format!("{:.0} = {ratio:.2} x one; {}", run.per_s, run.shared),
+                String::new(),
+                if target.is_empty() { None } else { goal(target, ratio, ok) },
+            );
+        }
+        let mut alone = None;
+        for apis in [1, 2] {
+            let run = scale.ingest(&system, &in_process, events, concurrency, apis).await?;
+            let one = *alone.get_or_insert(run.per_s);
+            let ratio = run.per_s / one;
+            bench.row_with_goal(
+                format!("  scale-out: {apis} API process(es) of {quota} core, ingest events/s"),
+                format!("{:.0} = {ratio:.2} x one; {}", run.per_s, run.shared),
+                String::new(),
+                if apis == 2 { goal(">= 1.7 x one", ratio, |v| v >= 1.7) } else { None },
+            );
+        }
+    }
+
+    // 9. Recoveries: another developer's ingest beside many recoveries.
     if phase("recovery") {
         let endpoints = knob("BENCH_RECOVERIES", 20).clamp(1, 64);
         let window = knob("BENCH_RECOVERY_EVENTS", 100_000).max(1);
@@ -1411,7 +1453,7 @@ async fn main() -> anyhow::Result<()> {
     database.remove().await;
     queues.remove().await;
 
-    // 9. Standalone mode: the same end to end and latency, one process.
+    // 10. Standalone mode: the same end to end and latency, one process.
     if phase("standalone") {
         standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
     }
@@ -1531,7 +1573,151 @@ async fn queued_deliveries(pool: &sqlx::PgPool, endpoints: &[String]) -> anyhow:
     Ok(u64::try_from(count).unwrap_or_default())
 }
 
-/// Phase 9: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
+/// A CPU quota of its own for a process: a cgroup (v1, `cpu` controller)
+/// under `/sys/fs/cgroup/cpu`, removed on drop. Needs root.
+struct CpuCap {
+    dir: PathBuf,
+}
+
+impl CpuCap {
+    fn new(pid: u32, cores: f64) -> anyhow::Result<CpuCap> {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/cpu/webhooks-bench-{}-{pid}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("create {} (the scale phase needs root and cgroup v1's cpu)", dir.display()))?;
+        let period = 100_000u64;
+        std::fs::write(dir.join("cpu.cfs_period_us"), period.to_string())?;
+        std::fs::write(dir.join("cpu.cfs_quota_us"), ((cores * period as f64) as u64).to_string())?;
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+        // Its threads follow: cgroup.procs moves the whole process.
+        Ok(CpuCap { dir })
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The scale-out phase's settings.
+struct Scale<'a> {
+    stack: &'a Stack,
+    database: &'a str,
+    quota: f64,
+    ticks: f64,
+}
+
+/// One scale-out run: its rate, and what the shared parts used meanwhile.
+struct ScaleRun {
+    per_s: f64,
+    shared: String,
+}
+
+impl Scale<'_> {
+    /// What PostgreSQL and RabbitMQ use over `f`, in cores, as text.
+    async fn shared_use<T>(
+        &self,
+        f: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<(T, String)> {
+        let read = || (cpu_of_postgres(self.database, self.ticks), cpu_of_named(&["beam.smp"], self.ticks));
+        let (t0, (pg0, mq0)) = (Instant::now(), read());
+        let value = f.await?;
+        let (elapsed, (pg, mq)) = (t0.elapsed().as_secs_f64(), read());
+        Ok((value, format!("postgres {:.2} cores, rabbitmq {:.2} cores", (pg - pg0) / elapsed, (mq - mq0) / elapsed)))
+    }
+
+    /// Ingests `events` with no dispatcher running, then drains them with
+    /// `dispatchers`, each capped to the quota.
+    async fn drain(
+        &self,
+        system: &Distributed<'_>,
+        target: &Target,
+        events: u64,
+        concurrency: u64,
+        dispatchers: usize,
+    ) -> anyhow::Result<ScaleRun> {
+        let base = target.arrivals.count();
+        ingest(system.client, system.ingest_url, &target.developer_id, events, concurrency).await?;
+        wait_outbox_empty(system.pool).await?;
+        let children = self.stack.spawn_dispatchers(dispatchers).await?;
+        let caps: Vec<CpuCap> =
+            children.iter().filter_map(Child::id).map(|pid| CpuCap::new(pid, self.quota)).collect::<Result<_, _>>()?;
+        wait_count(&target.arrivals, base + 1, Duration::from_secs(60)).await?;
+        let (t0, n0) = (Instant::now(), target.arrivals.count());
+        let ((), shared) = self
+            .shared_use(async {
+                wait_count(&target.arrivals, base + events, Duration::from_secs(1800)).await?;
+                Ok(())
+            })
+            .await?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        for child in children {
+            stop(child).await;
+        }
+        drop(caps);
+        let per_s = (base + events).saturating_sub(n0) as f64 / elapsed;
+        out(&format!(
+            "scale-out: {dispatchers} dispatcher(s) of {} core: {per_s:.0} deliveries/s; {shared}",
+            self.quota
+        ));
+        Ok(ScaleRun { per_s, shared })
+    }
+
+    /// Ingests `events` through `apis` API processes (the bench's own and
+    /// more on ports of their own), each capped to the quota, with
+    /// `concurrency` requests in flight split among them.
+    async fn ingest(
+        &self,
+        system: &Distributed<'_>,
+        target: &Target,
+        events: u64,
+        concurrency: u64,
+        apis: usize,
+    ) -> anyhow::Result<ScaleRun> {
+        let mut children = Vec::new();
+        let mut urls = Vec::new();
+        for _ in 0..apis {
+            let (public, internal) = (free_port()?, free_port()?);
+            let child = self
+                .stack
+                .command("webhooks-api")
+                .arg("serve")
+                .env("API_LISTEN_ADDR", format!("127.0.0.1:{public}"))
+                .env("INTERNAL_LISTEN_ADDR", format!("127.0.0.1:{internal}"))
+                .spawn()
+                .context("start another webhooks-api")?;
+            wait_ready(&format!("http://127.0.0.1:{internal}/readyz")).await?;
+            urls.push(format!("http://127.0.0.1:{internal}/internal/events"));
+            children.push(child);
+        }
+        let caps: Vec<CpuCap> =
+            children.iter().filter_map(Child::id).map(|pid| CpuCap::new(pid, self.quota)).collect::<Result<_, _>>()?;
+        let each = events / apis as u64;
+        let per_api = (concurrency / apis as u64).max(1);
+        let started = Instant::now();
+        let ((), shared) = self
+            .shared_use(async {
+                futures::future::try_join_all(
+                    urls.iter().map(|url| ingest(system.client, url, &target.developer_id, each, per_api)),
+                )
+                .await?;
+                Ok(())
+            })
+            .await?;
+        let per_s = (each * apis as u64) as f64 / started.elapsed().as_secs_f64();
+        for child in children {
+            stop(child).await;
+        }
+        drop(caps);
+        // The deliveries of these events go to the in-process receiver with
+        // the next dispatcher; wait for the outbox so the next run starts empty.
+        wait_outbox_empty(system.pool).await?;
+        out(&format!("scale-out: {apis} API process(es) of {} core: {per_s:.0} events/s; {shared}", self.quota));
+        Ok(ScaleRun { per_s, shared })
+    }
+}
+
+/// Phase 10: `webhooks-api standalone` on a fresh `DATA_DIR`, delivering to the
 /// same receivers.
 async fn standalone(
     bench: &mut Bench,
