@@ -1,4 +1,5 @@
-// The developers' dashboard: sign in with an API key, then manage endpoints,
+// The developers' dashboard: sign in with an API key (or open a portal link,
+// whose session token arrives in the URL fragment), then manage endpoints,
 // upcoming events, delivery logs and API keys through the public /v0 API, and
 // check delivery signatures in the browser. No framework and no build step:
 // views are built with `h()`, which only ever inserts text (never HTML).
@@ -6,6 +7,8 @@
 
 (() => {
   const KEY_STORAGE = "webhooks-dashboard-api-key";
+  // A portal session's token starts so; it is sent as a bearer, not as Api-Key.
+  const SESSION_PREFIX = "ps_";
   const UNRESTRICTED = "platform:api_unrestricted";
   const SCOPES = ["webhooks:read", "webhooks:write", "api_keys:read", "api_keys:write"];
   const CATEGORIES = [
@@ -144,7 +147,12 @@
 
   /** One call to `/v0`; resolves to the JSON answer, throws `ApiError` with the API's message. */
   async function api(method, path, body, key = state.key) {
-    const headers = { "Api-Key": key, "Webhooks-Client": "dashboard", Accept: "application/json" };
+    const credential = String(key || "");
+    const headers = credential.startsWith(SESSION_PREFIX)
+      ? { Authorization: `Bearer ${credential}` }
+      : { "Api-Key": credential };
+    headers["Webhooks-Client"] = "dashboard";
+    headers.Accept = "application/json";
     const init = { method, headers, cache: "no-store", credentials: "omit" };
     if (method === "POST") headers["Idempotency-Key"] = randomId();
     if (method === "POST" || body !== undefined) {
@@ -184,6 +192,21 @@
 
   // ---- session --------------------------------------------------------------------
 
+  const isSession = () => !!state.key && state.key.startsWith(SESSION_PREFIX);
+
+  /**
+   * A portal link (`/dashboard#session=<token>`): keeps the token in this tab's
+   * session storage and takes it out of the address bar and the history at once,
+   * so it is never bookmarked, shared or sent anywhere but as a bearer.
+   */
+  function takeSessionFromUrl() {
+    const match = /^#session=([A-Za-z0-9_]+)$/.exec(location.hash);
+    if (!match) return false;
+    history.replaceState(null, "", `${location.pathname}${location.search}#/endpoints`);
+    sessionStorage.setItem(KEY_STORAGE, match[1]);
+    return true;
+  }
+
   const can = (scope) => !!state.me && (state.me.scopes.includes(UNRESTRICTED) || state.me.scopes.includes(scope));
 
   function signOut(message) {
@@ -207,7 +230,9 @@
     if (signedIn) {
       const me = state.me;
       const scopes = me.scopes.includes(UNRESTRICTED) ? "unrestricted" : me.scopes.join(", ");
-      $("who").textContent = `${me.name ? `${me.name} · ` : ""}${me.prefix}-…${me.last_4} · ${scopes}`;
+      $("who").textContent = isSession()
+        ? `Portal session · ${scopes}`
+        : `${me.name ? `${me.name} · ` : ""}${me.prefix}-…${me.last_4} · ${scopes}`;
     }
     const current = (location.hash.split("/")[1] || "endpoints");
     for (const link of document.querySelectorAll("#nav a")) {
@@ -288,6 +313,12 @@
     }
   }
   window.addEventListener("hashchange", () => {
+    if (takeSessionFromUrl()) {
+      state.key = null;
+      state.me = null;
+      start();
+      return;
+    }
     clearError();
     if (!state.keepNotice) clearNotice();
     state.keepNotice = false;
@@ -576,20 +607,67 @@
     const older = h("button", { type: "button", hidden: true }, "Older");
     const seen = new Set();
     let last = null;
+    // The log's filters (GET …/logs?status=&event_type=), kept by every page.
+    let filter = "";
+    const status = select([["", "All attempts"], ["failed", "Failed"], ["succeeded", "Succeeded"]], "");
+    const eventType = h("input", { type: "text", name: "event-type", autocomplete: "off", spellcheck: "false" });
+    const filters = h("form", { class: "filters" },
+      field("Status", status), field("Event type", eventType, "An exact type, such as transfer.created; empty for all."),
+      h("button", { type: "submit" }, "Filter"));
+    filters.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(filters.querySelector("button"), async () => {
+        const params = new URLSearchParams();
+        if (status.value) params.set("status", status.value);
+        if (eventType.value.trim()) params.set("event_type", eventType.value.trim());
+        filter = params.toString() ? `&${params}` : "";
+        empty.textContent = filter ? "No attempt matches these filters." : "No deliveries yet.";
+        seen.clear();
+        tbody.replaceChildren();
+        last = null;
+        await refresh();
+      });
+    });
+    status.addEventListener("change", () => filters.requestSubmit());
     section.append(h("h2", { id: "logs-h" }, "Delivery log"),
-      h("p", { class: "hint" }, "Every attempt, newest first. Refreshes every few seconds."), tbl, empty, older);
+      h("p", { class: "hint" }, "Every attempt, newest first. Refreshes every few seconds."), filters, tbl, empty, older);
+
+    /** The event as it was sent, read when its panel first opens. */
+    const payload = (log) => {
+      const pre = h("pre", { class: "payload" }, "Loading…");
+      return h("details", {
+        ontoggle: (event) => {
+          const panel = event.currentTarget;
+          if (!panel.open || panel.dataset.loaded) return;
+          panel.dataset.loaded = "yes";
+          run(null, async () => {
+            try {
+              const sent = await api("GET", `/webhook_events/${encodeURIComponent(log.event_id)}`);
+              delete sent.deliveries;
+              pre.textContent = JSON.stringify(sent, null, 2);
+            } catch (error) {
+              delete panel.dataset.loaded;
+              pre.textContent = "Not available.";
+              throw error;
+            }
+          });
+        },
+      }, h("summary", {}, "Payload sent"), pre);
+    };
 
     const row = (log) => {
       const ok = log.status !== null && log.status >= 200 && log.status < 300;
       const result = log.status !== null ? badge(String(log.status), ok ? "ok" : "bad") : badge(log.error || "error", "bad");
       const body = log.response_body
         ? h("details", {}, h("summary", {}, `${log.response_body.length} characters`), h("pre", {}, log.response_body))
-        : "—";
+        : null;
       return h("tr", { "data-log-id": log.id, "data-event-id": log.event_id },
-        cell("Time", when(log.created_at)), cell("Event", h("span", { class: "mono" }, log.event_id)),
+        cell("Time", when(log.created_at)),
+        cell("Event", h("span", { class: "mono" }, log.event_id), log.event_type ? [h("br"), log.event_type] : null),
         cell("Attempt", String(log.attempt)),
-        cell("Result", result, log.status !== null && log.error ? ` ${log.error}` : null),
-        cell("Duration", `${log.duration_ms} ms`), cell("Response", body));
+        cell("Result", result, log.status !== null && log.error ? ` ${log.error}` : null,
+          log.error_detail ? h("p", { class: "why" }, log.error_detail) : null),
+        cell("Duration", `${log.duration_ms} ms`), cell("Response", body, payload(log)));
     };
     const hasMore = (page) => (typeof page.has_more === "boolean" ? page.has_more : page.data.length === LOG_PAGE);
     const update = () => {
@@ -598,7 +676,7 @@
     };
 
     const refresh = async () => {
-      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}`);
+      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}${filter}`);
       const fresh = page.data.filter((log) => !seen.has(log.id));
       if (fresh.length === page.data.length && seen.size && hasMore(page)) {
         // More new entries than a page: start over from the newest.
@@ -614,7 +692,7 @@
       update();
     };
     older.addEventListener("click", () => run(older, async () => {
-      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}&starting_after=${encodeURIComponent(last)}`);
+      const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}${filter}&starting_after=${encodeURIComponent(last)}`);
       const rows = page.data.filter((log) => !seen.has(log.id));
       rows.forEach((log) => seen.add(log.id));
       tbody.append(...rows.map(row));
@@ -882,6 +960,7 @@
   $("sign-out").addEventListener("click", () => { clearError(); signOut(); });
 
   async function start() {
+    takeSessionFromUrl();
     const saved = sessionStorage.getItem(KEY_STORAGE);
     if (saved) {
       try {

@@ -107,6 +107,68 @@ pub struct Config {
     /// (`disabled_reason: failing`). `0` switches it off.
     #[arg(long, env = "AUTO_DISABLE_AFTER", default_value = "5d", value_parser = parse_retention)]
     pub auto_disable_after: Duration,
+
+    /// Origins allowed to embed the dashboard in a frame (`https://console.example.com`,
+    /// separated by commas or spaces). Unset: no page may frame it.
+    #[arg(long, env = "PORTAL_FRAME_ANCESTORS", value_parser = parse_frame_ancestors)]
+    pub portal_frame_ancestors: Option<FrameAncestors>,
+
+    /// The dashboard's title, in its header and its tab (at most 60
+    /// characters). Unset: `Webhooks`.
+    #[arg(long, env = "PORTAL_TITLE", value_parser = parse_portal_title)]
+    pub portal_title: Option<String>,
+
+    /// The dashboard's accent colour: a CSS hex colour (`#1a7f5a`, `#fa0`).
+    #[arg(long, env = "PORTAL_ACCENT_COLOR", value_parser = parse_accent_color)]
+    pub portal_accent_color: Option<String>,
+}
+
+/// The origins of `PORTAL_FRAME_ANCESTORS`, each checked to be a bare origin,
+/// so the list goes into the CSP header as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameAncestors(pub Vec<String>);
+
+fn parse_frame_ancestors(value: &str) -> Result<FrameAncestors, String> {
+    let origins: Vec<String> =
+        value.split([',', ' ']).map(str::trim).filter(|o| !o.is_empty()).map(str::to_owned).collect();
+    if origins.is_empty() {
+        return Err("PORTAL_FRAME_ANCESTORS lists no origin".into());
+    }
+    for origin in &origins {
+        let host = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
+        let bare = host.is_some_and(|host| {
+            !host.is_empty()
+                && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:*[]".contains(&b))
+                && !host.starts_with(':')
+        });
+        if !bare {
+            return Err(format!(
+                "PORTAL_FRAME_ANCESTORS: {origin:?} is not an origin (https://host or https://host:port, no path)"
+            ));
+        }
+    }
+    Ok(FrameAncestors(origins))
+}
+
+fn parse_portal_title(value: &str) -> Result<String, String> {
+    let title = value.trim();
+    if title.is_empty() || title.chars().count() > 60 || title.chars().any(char::is_control) {
+        return Err("PORTAL_TITLE must be 1 to 60 characters, without control characters".into());
+    }
+    Ok(title.to_owned())
+}
+
+fn parse_accent_color(value: &str) -> Result<String, String> {
+    let colour = value.trim();
+    let valid = colour
+        .strip_prefix('#')
+        .is_some_and(|hex| [3, 4, 6, 8].contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !valid {
+        return Err(format!(
+            "PORTAL_ACCENT_COLOR {colour:?} is not a CSS hex colour (#rgb, #rgba, #rrggbb, #rrggbbaa)"
+        ));
+    }
+    Ok(colour.to_ascii_lowercase())
 }
 
 /// The shortest `SWEEP_INTERVAL`: dispatchers send first attempts younger
@@ -241,6 +303,33 @@ mod tests {
         config(&["--internal-listen-addr", "[::1]:8081"]).validate().unwrap();
         config(&["--internal-listen-addr", "[::ffff:127.0.0.1]:8081"]).validate().unwrap();
         assert!(config(&["--internal-listen-addr", "[::]:8081"]).validate().is_err());
+    }
+
+    #[test]
+    fn portal_settings_are_checked() {
+        let parsed = |args: &[&str]| Config::from_args(std::iter::once("webhooks-api").chain(args.iter().copied()));
+        let branded = config(&[
+            "--portal-frame-ancestors",
+            "https://console.example.com, http://localhost:3000",
+            "--portal-title",
+            " Acme ",
+            "--portal-accent-color",
+            "#1A7F5A",
+        ]);
+        assert_eq!(
+            branded.portal_frame_ancestors,
+            Some(FrameAncestors(vec!["https://console.example.com".into(), "http://localhost:3000".into()]))
+        );
+        assert_eq!(branded.portal_title.as_deref(), Some("Acme"));
+        assert_eq!(branded.portal_accent_color.as_deref(), Some("#1a7f5a"));
+        for bad in ["https://a.example/path", "a.example", "https://a.example; script-src *", "'none'", "https://"] {
+            assert!(parsed(&["--portal-frame-ancestors", bad]).is_err(), "{bad}");
+        }
+        for bad in ["1a7f5a", "#12345", "#ggg", "red", "#fff;}", ""] {
+            assert!(parsed(&["--portal-accent-color", bad]).is_err(), "{bad}");
+        }
+        assert!(parsed(&["--portal-title", &"t".repeat(61)]).is_err());
+        assert!(parsed(&["--portal-title", "a\nb"]).is_err(), "no control characters");
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The internal listener: health, readiness, metrics (and event ingest). Keep
-//! it off the public network; off loopback it needs `INTERNAL_TOKEN`, and with
-//! a token set every request needs `Authorization: Bearer <token>` except the
-//! probes `/healthz` and `/readyz`, which orchestrators call without one and
-//! which tell nothing but up or down.
+//! The internal listener: health, readiness, metrics, event ingest and
+//! portal sessions. Keep it off the public network; off loopback it needs
+//! `INTERNAL_TOKEN`, and with a token set every request needs
+//! `Authorization: Bearer <token>` except the probes `/healthz` and
+//! `/readyz`, which orchestrators call without one and which tell nothing
+//! but up or down.
 
 use axum::{
     Router,
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(crate::ingest::router())
+        .merge(crate::portal::router())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(

@@ -23,6 +23,7 @@ pub mod keys;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
+pub mod portal;
 pub mod rate_limit;
 pub mod recoveries;
 pub mod reseal;

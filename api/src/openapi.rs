@@ -85,7 +85,9 @@ fn shared_responses() -> Vec<(&'static str, Response)> {
             UNAUTHORIZED,
             error_response(
                 "`Api-Key` missing (`required`) or not a valid key of this environment (`invalid`); \
-                 the two bodies are fixed and carry `location` and `name` besides `source`",
+                 the two bodies are fixed and carry `location` and `name` besides `source`. Without `Api-Key`, \
+                 a portal session's `Authorization: Bearer` that is unknown, expired or revoked answers \
+                 `invalid` with `source.key` `Authorization`",
             )
             .build(),
         ),
@@ -239,6 +241,18 @@ impl Modify for Common {
         components
             .add_security_scheme("api_key", SecurityScheme::ApiKey(ApiKeyScheme::Header(ApiKeyValue::new("Api-Key"))));
         components.add_security_scheme(
+            "portal_session",
+            SecurityScheme::Http(
+                utoipa::openapi::security::HttpBuilder::new()
+                    .scheme(utoipa::openapi::security::HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A portal session's token (`POST /internal/portal_sessions`), instead of `Api-Key`: the \
+                         session's developer and scopes, until it expires or is revoked",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
             "internal_token",
             SecurityScheme::Http(
                 utoipa::openapi::security::HttpBuilder::new()
@@ -256,7 +270,7 @@ impl Modify for Common {
             // API's middleware (keys, idempotency store, request limit).
             if !path.starts_with("/v0/") {
                 item.servers = Some(vec![utoipa::openapi::Server::new("http://127.0.0.1:8081")]);
-                for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
                     add(operation, "408", REQUEST_TIMEOUT);
                     add(operation, "431", HEADERS_TOO_LARGE);
                 }
@@ -297,7 +311,7 @@ impl Modify for Common {
     info(
         title = "Webhooks API",
         description = "Register HTTPS endpoints, switch them on and off, list upcoming events, resend and read delivery logs.\n\n\
-Every request carries `Api-Key`; every `POST` carries `Idempotency-Key`. Every error answer has the body `ErrorBody`: \
+Every request carries `Api-Key` (or a portal session's `Authorization: Bearer`); every `POST` carries `Idempotency-Key`. Every error answer has the body `ErrorBody`: \
 `code` and `message`, and `source` where a part of the request is at fault. Besides the answers each operation lists, \
 a method that a path does not have answers 405 `method_not_allowed` with `Allow` (`components.responses.MethodNotAllowed`), \
 and an unknown path 404 `not_found`.",
@@ -307,12 +321,13 @@ and an unknown path 404 `not_found`.",
         api_keys::whoami, api_keys::create, api_keys::list, api_keys::remove,
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate_key, webhooks::recover, webhooks::show_recovery,
-        events::upcoming, events::logs, events::send, events::list,
+        events::upcoming, events::logs, events::send, events::list, events::show,
         crate::ingest::ingest, crate::internal::healthz, crate::internal::readyz, crate::internal::metrics,
+        crate::portal::create, crate::portal::revoke,
     ),
     components(schemas(crate::error::ErrorBody)),
     modifiers(&Common),
-    security(("api_key" = [])),
+    security(("api_key" = []), ("portal_session" = [])),
 )]
 struct Document;
 

@@ -165,7 +165,7 @@ pub fn render_keys(keys: &[webhooks_model::ApiKey], json: bool) -> anyhow::Resul
 pub async fn endpoint_logs(common: &CommonConfig, endpoint_id: &str, limit: i64) -> anyhow::Result<Vec<DeliveryLog>> {
     let (store, _) = webhooks_store::open::for_command(common).await?;
     store.load_endpoint(endpoint_id).await?.with_context(|| format!("no endpoint {endpoint_id}"))?;
-    Ok(store.list_logs(endpoint_id, limit, None).await?.unwrap_or_default())
+    Ok(store.list_logs(endpoint_id, limit, None, &webhooks_store::LogFilter::default()).await?.unwrap_or_default())
 }
 
 /// The log entries as lines for people, or as the API's `DeliveryLog` objects.

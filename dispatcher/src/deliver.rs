@@ -27,6 +27,9 @@ pub struct Attempt {
     pub response_body: Option<String>,
     /// A short reason when no acceptable response came.
     pub error: Option<&'static str>,
+    /// What failed, safe to show (see `webhooks_net::guard::describe_reqwest_error`):
+    /// for a non-2xx answer its status line.
+    pub error_detail: Option<String>,
     pub duration: Duration,
     /// The receiver's `Retry-After`, if it sent one.
     pub retry_after: Option<Duration>,
@@ -39,7 +42,8 @@ impl Attempt {
     }
 }
 
-/// POSTs `body` to the endpoint, signed at `now` with its keys.
+/// POSTs `body` to the endpoint, signed at `now` with its keys; `timeout` is
+/// the client's (`DELIVERY_TIMEOUT`), named in the log when it runs out.
 pub async fn attempt(
     client: &Client,
     endpoint: &Endpoint,
@@ -47,18 +51,20 @@ pub async fn attempt(
     body: &str,
     allow_private: bool,
     now: chrono::DateTime<Utc>,
+    timeout: Duration,
 ) -> Attempt {
     let started = Instant::now();
-    let failed = |error: &'static str| Attempt {
+    let failed = |error: &'static str, detail: String| Attempt {
         status: None,
         response_body: None,
         error: Some(error),
+        error_detail: Some(detail),
         duration: started.elapsed(),
         retry_after: None,
     };
     // The resolver guards names; IP literals never reach it.
     if let Err(error) = net::check_literal_host(&endpoint.url, allow_private) {
-        return failed(error.code());
+        return failed(error.code(), format!("not sent: {error}"));
     }
     let mut request = client
         .post(endpoint.url.clone())
@@ -71,7 +77,10 @@ pub async fn attempt(
     let request = request.body(body.to_owned());
     let mut response = match request.send().await {
         Ok(response) => response,
-        Err(error) => return failed(net::classify_reqwest_error(&error)),
+        Err(error) => {
+            let detail = net::describe_reqwest_error(&error, timeout);
+            return failed(net::classify_reqwest_error(&error), detail);
+        }
     };
     let status = response.status();
     let retry_after = retry_after(&response);
@@ -99,12 +108,33 @@ pub async fn attempt(
         }
     }
     let redirect = status.is_redirection().then_some("redirect");
+    let error = error.or(redirect);
+    let error_detail = match error {
+        Some("timeout") => Some(format!(
+            "timed out: {} came, the body did not end within {}s",
+            status_line(status),
+            timeout.as_secs_f64()
+        )),
+        Some(_) => Some(format!("{}: redirects are not followed", status_line(status))),
+        None if !status.is_success() => Some(status_line(status)),
+        None => None,
+    };
     Attempt {
         status: Some(status.as_u16()),
         response_body: Some(loggable(&read)),
-        error: error.or(redirect),
+        error,
+        error_detail,
         duration: started.elapsed(),
         retry_after,
+    }
+}
+
+/// `HTTP 503 Service Unavailable`: the status line as the log shows it (the
+/// reason phrase is the standard one, never the receiver's text).
+fn status_line(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("HTTP {} {reason}", status.as_u16()),
+        None => format!("HTTP {}", status.as_u16()),
     }
 }
 

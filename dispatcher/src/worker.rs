@@ -200,9 +200,18 @@ async fn decide_for(context: &Context, message: &DeliveryMessage, admitted: bool
     }
     context.metrics.in_flight.inc();
     let allow_private = context.common.target_allow_private;
+    let timeout = context.common.delivery_timeout;
     let signed_at = webhooks_model::time::now();
-    let mut attempt =
-        deliver::attempt(&context.client, &endpoint, &message.event_id, &message.body, allow_private, signed_at).await;
+    let mut attempt = deliver::attempt(
+        &context.client,
+        &endpoint,
+        &message.event_id,
+        &message.body,
+        allow_private,
+        signed_at,
+        timeout,
+    )
+    .await;
     context.metrics.in_flight.dec();
     context.metrics.attempt_duration.observe(attempt.duration.as_secs_f64());
     let recovered = slot.report(Signal::of(attempt.succeeded(), attempt.status, attempt.error));
@@ -229,10 +238,12 @@ async fn decide_for(context: &Context, message: &DeliveryMessage, admitted: bool
     record.log = Some(DeliveryLog {
         id: Uuid::now_v7(),
         event_id: message.event_id.clone(),
+        event_type: None,
         attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
         status: attempt.status.map(i32::from),
         response_body: attempt.response_body.take(),
         error: attempt.error.map(str::to_owned),
+        error_detail: attempt.error_detail.take(),
         duration_ms: i64::try_from(attempt.duration.as_millis()).unwrap_or(i64::MAX),
         // The clock of endpoint health, which counts the days of failures.
         created_at: context.common.clock.now(),

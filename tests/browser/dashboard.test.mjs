@@ -7,6 +7,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile, readdir } from "node:fs/promises";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -46,12 +47,12 @@ async function api(method, path, body, key = ctx.key) {
   return { status: response.status, data };
 }
 
-async function ingest(category) {
+async function ingest(category, type = `${category}.created`) {
   const id = `obj_${crypto.randomUUID().slice(0, 8)}`;
   const response = await fetch(`${INTERNAL}/internal/events`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ developer_id: ctx.developerId, event_category: category, event_type: `${category}.created`,
+    body: JSON.stringify({ developer_id: ctx.developerId, event_category: category, event_type: type,
       event_object_id: id, event_object: { id, note: "from the dashboard browser test" } }),
   });
   assert.equal(response.status, 201, `POST /internal/events answered ${response.status}`);
@@ -272,7 +273,7 @@ test("endpoint: create, activate, an event arrives and its log row appears live"
   await row.waitFor({ timeout: LIVE });
   assert.ok(await page.evaluate(() => window.notReloaded), "the page was reloaded");
   assert.match(await row.innerText(), /200/);
-  await row.locator("summary").click();
+  await row.locator("summary", { hasText: "characters" }).click();
   await row.getByText('{"received":true}').waitFor();
   ctx.publicKey = await page.locator("#public-key").innerText();
   await shot("06-endpoint-active-log");
@@ -455,6 +456,62 @@ test("logs: the Older button pages back through the delivery log", async () => {
   const shown = await page.locator("#logs tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.eventId));
   assert.deepEqual(new Set(shown), new Set(events.map((e) => e.event_id)));
   await shot("15b-log-paged");
+  await api("DELETE", `/webhooks/${endpoint.id}`);
+});
+
+test("logs: filtered by status and event type; a failed attempt says why; the payload sent shows (API.md §8.12)", async () => {
+  const endpoint = await endpointViaApi("/fail/filters", { event_categories: ["virtual_account"] });
+  assert.equal((await api("PUT", `/webhooks/${endpoint.id}`, { status: "active" })).status, 200);
+  const created = await ingest("virtual_account", "virtual_account.created");
+  const closed = await ingest("virtual_account", "virtual_account.closed");
+  await until("both events attempted", async () => {
+    const types = new Set((await api("GET", `/webhooks/${endpoint.id}/logs?limit=100`)).data.data.map((l) => l.event_type));
+    return types.has("virtual_account.created") && types.has("virtual_account.closed");
+  });
+  await openEndpoint(endpoint.id);
+  const rows = page.locator("#logs tbody tr");
+  const filters = page.locator("form.filters");
+  await rows.first().waitFor();
+  const first = rows.first();
+  assert.match(await first.innerText(), /503/);
+  await first.locator(".why", { hasText: "HTTP 503 Service Unavailable" }).waitFor();
+
+  // Status: nothing succeeded.
+  await filters.getByLabel("Status").selectOption("succeeded");
+  await page.getByText("No attempt matches these filters.").waitFor();
+  assert.equal(await rows.count(), 0);
+  await shot("15c-log-filter-none");
+  await filters.getByLabel("Status").selectOption("failed");
+  await rows.first().waitFor();
+
+  // Event type: only that event's attempts.
+  await filters.getByLabel("Event type").fill("virtual_account.closed");
+  await filters.getByRole("button", { name: "Filter", exact: true }).click();
+  await until("only the closed event's attempts", async () => {
+    const ids = await rows.evaluateAll((all) => all.map((r) => r.dataset.eventId));
+    return ids.length > 0 && ids.every((id) => id === closed.event_id);
+  });
+  await noAlert("filtering the log");
+  assert.match(await rows.first().innerText(), /virtual_account\.closed/);
+  await shot("15d-log-filtered");
+
+  // The payload sent, as the receiver got it.
+  const row = rows.first();
+  await row.locator("summary", { hasText: "Payload sent" }).click();
+  const pre = row.locator("pre.payload");
+  await until("the payload", async () => (await pre.innerText()).includes(closed.event_id));
+  const shown = JSON.parse(await pre.innerText());
+  assert.equal(shown.event_type, "virtual_account.closed");
+  assert.equal(shown.deliveries, undefined);
+  assert.deepEqual(shown.event_object, closed.event_object);
+  await shot("15e-log-payload");
+
+  await filters.getByLabel("Event type").fill("");
+  await filters.getByLabel("Status").selectOption("");
+  await until("every attempt again", async () => {
+    const ids = new Set(await rows.evaluateAll((all) => all.map((r) => r.dataset.eventId)));
+    return ids.has(created.event_id) && ids.has(closed.event_id);
+  });
   await api("DELETE", `/webhooks/${endpoint.id}`);
 });
 
@@ -731,6 +788,93 @@ test("narrow screen (360 px): every page fits and every control is labelled", as
     await shot("26-narrow-checker", narrow);
   } finally {
     await context.close();
+  }
+});
+
+/** A portal session of the test's developer, made on the internal listener (API.md §8.10). */
+async function portalSession(body = {}) {
+  const response = await fetch(`${INTERNAL}/internal/portal_sessions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ developer_id: ctx.developerId, ...body }),
+  });
+  assert.equal(response.status, 201, `POST /internal/portal_sessions answered ${response.status}`);
+  return response.json();
+}
+
+test("portal: a portal link opens the dashboard signed in, and the token leaves the address bar", async () => {
+  await mainEndpoint();
+  const session = await portalSession();
+  assert.match(session.url, /^\/dashboard#session=ps_[A-Za-z0-9]+$/);
+  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  try {
+    const portal = await context.newPage();
+    watch(portal);
+    const sent = [];
+    portal.on("request", (request) => { if (new URL(request.url()).pathname.startsWith("/v0/")) sent.push(request); });
+    await portal.goto(`${BASE}${session.url}`);
+    await shows(portal.getByRole("heading", { name: "Endpoints", level: 1 }), "opening the portal link", portal);
+    await portal.locator("a", { hasText: ctx.endpointId }).first().waitFor();
+    assert.ok(!portal.url().includes(session.token), `the token is still in the address bar: ${portal.url()}`);
+    assert.ok(!portal.url().includes("session="), portal.url());
+    assert.equal(new URL(portal.url()).hash, "#/endpoints");
+    assert.equal(await portal.evaluate(() => sessionStorage.getItem("webhooks-dashboard-api-key")), session.token);
+    assert.equal(await portal.evaluate(() => localStorage.length), 0, "something is in local storage");
+    assert.match(await portal.locator("#who").innerText(), /Portal session · webhooks:read, webhooks:write/);
+    assert.ok(await portal.locator("#nav-keys").isHidden(), "API keys are offered without api_keys:read");
+    assert.ok(sent.length > 0, "the page called the API");
+    for (const request of sent) {
+      assert.ok(!request.url().includes(session.token), `the token is in a request URL: ${request.url()}`);
+      assert.equal(request.headers().authorization, `Bearer ${session.token}`);
+      assert.equal(request.headers()["api-key"], undefined);
+    }
+    // Back does not bring the token back: the link's entry was replaced.
+    assert.ok(!(await portal.evaluate(() => location.href)).includes(session.token));
+    await shot("27-portal-signed-in", portal);
+
+    // Revoked, the next call signs the tab out with the API's message.
+    const revoked = await fetch(`${INTERNAL}/internal/portal_sessions/${session.id}`, { method: "DELETE" });
+    assert.equal(revoked.status, 204);
+    await portal.reload();
+    await expectAlert(/Invalid, expired or revoked portal session/, portal);
+    await portal.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    assert.equal(await portal.evaluate(() => sessionStorage.getItem("webhooks-dashboard-api-key")), null);
+    await shot("28-portal-revoked", portal, "Invalid, expired or revoked portal session");
+  } finally {
+    await context.close();
+  }
+});
+
+test("portal: an embedding page of a PORTAL_FRAME_ANCESTORS origin shows the dashboard; another origin cannot", async () => {
+  const port = Number(env.DASHBOARD_FRAME_PORT);
+  assert.ok(port > 0, "DASHBOARD_FRAME_PORT is not set");
+  const session = await portalSession({ scopes: ["webhooks:read"] });
+  const host = createServer((request, response) => {
+    response.writeHead(200, { "Content-Type": "text/html; charset=utf-8" });
+    response.end(`<!doctype html><title>Console</title><h1>Console</h1>
+      <iframe id="portal" title="Webhooks" width="1000" height="700" src="${BASE}${session.url}"></iframe>`);
+  });
+  await new Promise((resolve) => host.listen(port, "127.0.0.1", resolve));
+  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  try {
+    const embedding = await context.newPage();
+    await embedding.goto(`http://127.0.0.1:${port}/`);
+    const frame = embedding.frameLocator("#portal");
+    await frame.getByRole("heading", { name: "Endpoints", level: 1 }).waitFor({ timeout: LIVE });
+    assert.match(await frame.locator("#who").innerText(), /Portal session · webhooks:read/);
+    await shot("29-portal-in-a-frame", embedding);
+
+    // The same page from another origin (localhost is not 127.0.0.1): the
+    // browser refuses to show the dashboard in its frame.
+    const other = await context.newPage();
+    await other.goto(`http://localhost:${port}/`);
+    await sleep(1500);
+    const dashboard = other.frames().find((f) => f !== other.mainFrame());
+    const shown = dashboard ? await dashboard.locator("h1").count().catch(() => 0) : 0;
+    assert.equal(shown, 0, "the dashboard shows in a frame of an origin PORTAL_FRAME_ANCESTORS does not list");
+  } finally {
+    await context.close();
+    await new Promise((resolve) => host.close(resolve));
   }
 });
 

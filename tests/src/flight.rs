@@ -59,6 +59,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Recorder {
     }
 }
 
+/// The recorded lines so far (every test of the binary, the API's included):
+/// for tests that check what was logged, such as that no secret was.
+pub fn recorded_lines() -> Vec<String> {
+    lines().iter().cloned().collect()
+}
+
 /// Writes `headline`, the recorded lines and every thread's backtrace to the
 /// process's standard error, past libtest's capture. Only the first caller
 /// dumps; any other waits here for the first one to abort the process.

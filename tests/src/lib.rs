@@ -38,6 +38,7 @@ pub mod expect;
 pub mod faults;
 pub mod flags;
 mod flight;
+pub use flight::recorded_lines;
 pub mod outside;
 pub mod procs;
 pub mod producer;

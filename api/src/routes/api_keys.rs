@@ -126,8 +126,8 @@ pub async fn whoami(caller: Caller) -> axum::Json<ApiKey> {
 /// holds. The plaintext `key` appears in this answer only: an idempotent
 /// replay answers the same status and body without it. The key is of `type:
 /// Private`, or `Public` when the request carries `Webhooks-Client:
-/// dashboard` (the dashboard's keys); the type is a label and grants
-/// nothing.
+/// dashboard` (the dashboard's keys) or comes from a portal session; the
+/// type is a label and grants nothing.
 #[utoipa::path(post, path = "/v0/api_keys", tag = "api_keys", operation_id = "createApiKey",
     request_body(content = CreateApiKey, description = "May be empty: an unrestricted key without a name"),
     params(IdempotencyKey, ("Webhooks-Client" = Option<String>, Header, description = "`dashboard`: the key is made by the dashboard and is of `type: Public`")),
@@ -166,7 +166,7 @@ pub async fn create(
         &state.store,
         state.config.common.platform_environment,
         caller.developer_id(),
-        if from_dashboard { ApiKeyType::Public } else { ApiKeyType::Private },
+        if from_dashboard || caller.portal_session { ApiKeyType::Public } else { ApiKeyType::Private },
         &scopes,
         name,
     )

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 use webhooks_model::{Category, DeliveryLog, Event, List, Scope, ids};
-use webhooks_store::{EventPage, SendOutcome, StoredEvent};
+use webhooks_store::{EventDelivery, EventPage, LogFilter, SendOutcome, StoredEvent};
 
 use crate::{
     auth::Caller,
@@ -29,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .route("/webhooks/{id}/logs", get(logs))
         .route("/webhooks/{id}/send", post(send))
         .route("/webhook_events", get(list))
+        .route("/webhook_events/{event_id}", get(show))
 }
 
 /// A list of events, each exactly as stored and delivered.
@@ -165,16 +166,80 @@ pub struct LogsQuery {
     /// (the next page). An id that names no entry of the endpoint is 400.
     #[param(value_type = Option<Uuid>)]
     pub starting_after: Option<String>,
+    /// `succeeded` (a 2xx answer) or `failed` (anything else).
+    #[param(pattern = "^(succeeded|failed)$")]
+    pub status: Option<String>,
+    /// Only attempts at events of this type.
+    #[param(min_length = 1, max_length = 200)]
+    pub event_type: Option<String>,
+    /// Only attempts at this event.
+    #[param(pattern = "^wh_[0-9a-f]{32}$", min_length = 35, max_length = 35)]
+    pub event_id: Option<String>,
+    /// Only attempts made at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub since: Option<String>,
+    /// Only attempts made before this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub until: Option<String>,
+}
+
+/// A time of a query (RFC 3339), or 400 naming `name`.
+fn query_time(value: Option<&str>, name: &str) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
+    value
+        .map(|text| {
+            chrono::DateTime::parse_from_rfc3339(text.trim()).map(|at| at.with_timezone(&chrono::Utc)).map_err(|_| {
+                ApiError::invalid(
+                    Location::Query,
+                    name,
+                    format!("{name} must be an RFC 3339 time such as 2026-11-21T10:04:05.123Z"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// The filters of a log query, checked: each bad value is 400 naming it.
+fn log_filter(query: &LogsQuery) -> ApiResult<LogFilter> {
+    let succeeded = match query.status.as_deref() {
+        None => None,
+        Some("succeeded") => Some(true),
+        Some("failed") => Some(false),
+        Some(_) => return Err(ApiError::invalid(Location::Query, "status", "status must be succeeded or failed")),
+    };
+    let event_type = match query.event_type.as_deref() {
+        None => None,
+        Some(name) if !name.is_empty() && name.len() <= 200 && name.bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(name.to_owned())
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(Location::Query, "event_type", "event_type must be an event type name"));
+        }
+    };
+    let event_id = match query.event_id.as_deref() {
+        None => None,
+        Some(id) if ids::is_well_formed(id, ids::EVENT_PREFIX) => Some(id.to_owned()),
+        Some(_) => return Err(ApiError::invalid(Location::Query, "event_id", "event_id must be an event id (wh_…)")),
+    };
+    let since = query_time(query.since.as_deref(), "since")?;
+    let until = query_time(query.until.as_deref(), "until")?;
+    if let (Some(since), Some(until)) = (since, until)
+        && until <= since
+    {
+        return Err(ApiError::invalid(Location::Query, "until", "until must be later than since"));
+    }
+    Ok(LogFilter { succeeded, event_type, event_id, since, until })
 }
 
 /// The endpoint's delivery log.
 ///
-/// Needs `webhooks:read`. One entry per delivery attempt, newest first.
+/// Needs `webhooks:read`. One entry per delivery attempt, newest first. The
+/// filters (`status`, `event_type`, `event_id`, `since`, `until`) combine;
+/// a page (`starting_after`) keeps them.
 #[utoipa::path(get, path = "/v0/webhooks/{id}/logs", tag = "events", operation_id = "listDeliveryLogs",
     params(EndpointId, LogsQuery),
     responses(
         (status = 200, description = "Delivery attempts, newest first", body = List<DeliveryLog>),
-        (status = 400, description = "`invalid` query parameter (`source.key` names it): `limit` out of range, a `starting_after` that is no log id of this endpoint, or an unknown parameter", body = ErrorBody),
+        (status = 400, description = "`invalid` query parameter (`source.key` names it): `limit` out of range, a `starting_after` that is no log id of this endpoint, a `status` other than `succeeded`/`failed`, a malformed `event_type` or `event_id`, a `since`/`until` that is no RFC 3339 time, an `until` not after `since`, or an unknown parameter", body = ErrorBody),
         (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
         (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
     ))]
@@ -192,11 +257,84 @@ pub async fn logs(
         .map(|c| c.parse::<Uuid>())
         .transpose()
         .map_err(|_| ApiError::invalid(Location::Query, "starting_after", "starting_after must be a log id"))?;
+    let filter = log_filter(&query)?;
     let endpoint = find(&state, &caller, &id).await?;
-    let rows = state.store.list_logs(&endpoint.id, limit + 1, cursor).await?.ok_or_else(|| {
+    let rows = state.store.list_logs(&endpoint.id, limit + 1, cursor, &filter).await?.ok_or_else(|| {
         ApiError::invalid(Location::Query, "starting_after", "starting_after names no log entry of this endpoint")
     })?;
     Ok(axum::Json(List::page(rows, limit, false)))
+}
+
+/// One delivery of an event, as `GET /webhook_events/{event_id}` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventDeliveryState {
+    pub endpoint_id: String,
+    /// `held`, `pending`, `retrying`, `waiting`, `succeeded`, `failed` or
+    /// `cancelled` (its endpoint was deleted).
+    pub state: String,
+    /// Attempts made so far.
+    pub attempts: i32,
+    /// The HTTP status of the latest attempt; null before the first, or when
+    /// no answer came.
+    pub last_status: Option<i32>,
+    /// When the next attempt is due; null once settled, or while held.
+    #[serde(serialize_with = "webhooks_model::time::serialize_option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub next_attempt_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<EventDelivery> for EventDeliveryState {
+    fn from(d: EventDelivery) -> Self {
+        EventDeliveryState {
+            endpoint_id: d.endpoint_id,
+            state: d.state,
+            attempts: d.attempts,
+            last_status: d.last_status,
+            next_attempt_at: d.next_attempt_at,
+        }
+    }
+}
+
+/// An event as delivered, with its deliveries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveredEvent {
+    #[serde(flatten)]
+    pub event: Event,
+    /// One per endpoint the event is meant for, by endpoint id.
+    pub deliveries: Vec<EventDeliveryState>,
+}
+
+/// One of the developer's events, exactly as it was delivered, with where
+/// each of its deliveries stands.
+///
+/// Needs `webhooks:read`. Another developer's event answers 404.
+#[utoipa::path(get, path = "/v0/webhook_events/{event_id}", tag = "events", operation_id = "getWebhookEvent",
+    params(("event_id" = String, Path, description = "The event's `event_id` (`wh_` and 32 hex digits)")),
+    responses(
+        (status = 200, description = "The `Event` as POSTed to receivers, plus `deliveries`", body = DeliveredEvent),
+        (status = 403, description = "`forbidden`: the calling key lacks `webhooks:read`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no event of this developer has this id", body = ErrorBody),
+    ))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(event_id): Path<String>,
+) -> ApiResult<axum::Json<Box<RawValue>>> {
+    caller.require(Scope::WebhooksRead)?;
+    if !ids::is_well_formed(&event_id, ids::EVENT_PREFIX) {
+        return Err(ApiError::NotFound);
+    }
+    let found = state.store.find_delivered_event(caller.developer_id(), &event_id).await?.ok_or(ApiError::NotFound)?;
+    let deliveries: Vec<EventDeliveryState> = found.deliveries.into_iter().map(Into::into).collect();
+    let deliveries = serde_json::to_string(&deliveries).map_err(|e| ApiError::Unexpected(e.into()))?;
+    // The stored body, byte for byte as delivered, with `deliveries` added.
+    let trimmed = found.body.trim_end();
+    let Some(open) = trimmed.strip_suffix('}') else {
+        return Err(ApiError::Unexpected(anyhow::anyhow!("a stored event is not a JSON object")));
+    };
+    let body = RawValue::from_string(format!("{open},\"deliveries\":{deliveries}}}"))
+        .map_err(|e| ApiError::Unexpected(e.into()))?;
+    Ok(axum::Json(body))
 }
 
 /// Body of `POST /webhooks/{id}/send`.

@@ -21,7 +21,7 @@ pub fn router(state: AppState) -> Router {
     let v0 = Router::new().merge(authenticated).route("/openapi.json", get(openapi::serve));
     Router::new()
         .nest("/v0", v0)
-        .merge(crate::dashboard::router())
+        .merge(crate::dashboard::router(crate::dashboard::Branding::from_config(&state.config)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.config.max_request_bytes))

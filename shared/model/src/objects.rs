@@ -460,6 +460,10 @@ pub struct Event {
 pub struct DeliveryLog {
     pub id: Uuid,
     pub event_id: String,
+    /// The event's `event_type`, read with the log (null only for a log
+    /// entry written before it was kept).
+    #[serde(default)]
+    pub event_type: Option<String>,
     /// 1 for the first attempt.
     pub attempt: i32,
     /// The receiver's HTTP status, or null when no response came.
@@ -468,6 +472,12 @@ pub struct DeliveryLog {
     pub response_body: Option<String>,
     /// `timeout`, `connect`, `tls`, `dns`, `blocked_address`, … or null.
     pub error: Option<String>,
+    /// What failed, in a short sentence that is safe to show: the TLS or DNS
+    /// reason, the timeout, the status line of a non-2xx answer. Never a
+    /// secret, never a URL. Null when the attempt succeeded.
+    #[serde(default)]
+    #[schema(max_length = 300)]
+    pub error_detail: Option<String>,
     pub duration_ms: i64,
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]

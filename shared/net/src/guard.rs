@@ -391,6 +391,49 @@ pub fn classify_reqwest_error(err: &reqwest::Error) -> &'static str {
     }
 }
 
+/// The longest `error_detail` kept: a sentence, not a dump.
+const DETAIL_CAP: usize = 200;
+
+/// What failed, in a short sentence safe to show the endpoint's owner (a
+/// delivery log's `error_detail`): the kind, as [`classify_reqwest_error`]
+/// names it, and the most specific reason beneath it (the TLS alert or
+/// certificate problem, the DNS answer, the refused connection). reqwest's
+/// own message is left out, because it names the URL, whose query may hold a
+/// token; so is any reason that holds a URL.
+pub fn describe_reqwest_error(err: &reqwest::Error, timeout: std::time::Duration) -> String {
+    let reason = causes(err)
+        .skip(1)
+        .map(|cause| cause.to_string())
+        .filter(|text| !text.is_empty() && !text.contains("://"))
+        .last();
+    let reason = reason.map(|text| safe_detail(&text));
+    let with = |what: &str| match &reason {
+        Some(reason) => format!("{what}: {reason}"),
+        None => what.to_owned(),
+    };
+    match classify_reqwest_error(err) {
+        "blocked_address" => with("not sent: the address is not public"),
+        "timeout" => format!("timed out: no complete answer within {}s", timeout.as_secs_f64()),
+        "dns" => with("DNS lookup failed"),
+        "tls" => with("TLS handshake failed"),
+        "connect" => with("connection failed"),
+        "redirect" => "redirects are not followed".to_owned(),
+        "body" => with("the request body could not be sent"),
+        _ => with("the request failed"),
+    }
+}
+
+/// `text` as an `error_detail` may hold it: one line, no control
+/// characters, at most [`DETAIL_CAP`] bytes (cut at a character boundary).
+pub fn safe_detail(text: &str) -> String {
+    let line: String = text.lines().next().unwrap_or_default().chars().filter(|c| !c.is_control()).collect();
+    let mut end = line.len().min(DETAIL_CAP);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].trim().to_owned()
+}
+
 /// `err` and every error beneath it.
 ///
 /// An [`io::Error`] is entered through [`io::Error::get_ref`], not

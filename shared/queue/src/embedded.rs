@@ -128,6 +128,7 @@ fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord {
         log: Some(DeliveryLog {
             id: Uuid::now_v7(),
             event_id: message.event_id.clone(),
+            event_type: None,
             attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
             status: None,
             response_body: None,
@@ -135,6 +136,7 @@ fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord {
                 "not sent: parked {} times ({reason}); send or recover it once the cause is fixed",
                 message.failures
             )),
+            error_detail: Some(format!("not sent: {reason}")),
             duration_ms: 0,
             created_at: webhooks_model::time::now(),
         }),

@@ -41,6 +41,23 @@ impl DeliveryState {
     }
 }
 
+/// Which entries of an endpoint's delivery log to list (`GET
+/// /v0/webhooks/{id}/logs`); the filters combine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFilter {
+    /// `Some(true)`: only attempts that succeeded (a 2xx and no error);
+    /// `Some(false)`: only those that did not.
+    pub succeeded: Option<bool>,
+    /// Only attempts at events of this `event_type`.
+    pub event_type: Option<String>,
+    /// Only attempts at this event.
+    pub event_id: Option<String>,
+    /// Only attempts made at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only attempts made before this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
 /// The outcome of one message: an attempt to log (if one was made) and the
 /// delivery's new state.
 #[derive(Debug, Clone)]

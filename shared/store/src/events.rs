@@ -74,6 +74,29 @@ pub struct StoredEvent {
     pub created_at: DateTime<Utc>,
 }
 
+/// An event as delivered (`GET /v0/webhook_events/{event_id}`): its body and
+/// where each of its deliveries stands.
+#[derive(Debug, Clone)]
+pub struct DeliveredEvent {
+    pub body: String,
+    pub deliveries: Vec<EventDelivery>,
+}
+
+/// One delivery of an event: to which endpoint, where it stands, how many
+/// attempts were made, the last answer's status, and when the next is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDelivery {
+    pub endpoint_id: String,
+    /// `held`, `pending`, `retrying`, `waiting`, `succeeded`, `failed` or
+    /// `cancelled`.
+    pub state: String,
+    pub attempts: i32,
+    /// The HTTP status of the latest attempt, if one was made and answered.
+    pub last_status: Option<i32>,
+    /// Null once settled or while held.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
 /// Where the delivery of an upcoming event to its endpoint stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpcomingDelivery {

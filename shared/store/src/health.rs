@@ -130,10 +130,12 @@ mod tests {
             log: Some(DeliveryLog {
                 id: uuid::Uuid::now_v7(),
                 event_id: "wh_1".into(),
+                event_type: None,
                 attempt: 1,
                 status: Some(status),
                 response_body: None,
                 error: None,
+                error_detail: None,
                 duration_ms: 1,
                 created_at: DateTime::from_timestamp(second, 0).unwrap(),
             }),

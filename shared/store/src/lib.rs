@@ -23,6 +23,7 @@ mod idempotency;
 pub mod open;
 pub mod pace;
 mod pg;
+mod portal_sessions;
 pub mod queue;
 mod recoveries;
 mod retention;
@@ -30,15 +31,18 @@ mod sealed_keys;
 mod sqlite;
 
 pub use api_keys::{NewApiKey, hash_key};
-pub use deliveries::{Admission, AttemptRecord, Backlog, DeliveryState, DueDelivery, Parked, StandingQuestion, Turn};
+pub use deliveries::{
+    Admission, AttemptRecord, Backlog, DeliveryState, DueDelivery, LogFilter, Parked, StandingQuestion, Turn,
+};
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
 pub use events::{
-    EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome, StoredEvent,
-    UpcomingDelivery,
+    DeliveredEvent, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow,
+    SendOutcome, StoredEvent, UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
+pub use portal_sessions::{NewPortalSession, PortalSession};
 pub use recoveries::{NewRecovery, Recovery, RecoveryStart, RecoveryStep};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
 pub use sealed_keys::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys};
@@ -159,6 +163,25 @@ impl Store {
 
     pub async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
         each_backend!(self, s => s.delete_api_key(developer_id, id).await)
+    }
+
+    // Portal sessions.
+
+    /// Stores a new portal session (and its developer, if new), and drops
+    /// the sessions that expired by its `created_at`.
+    pub async fn create_portal_session(&self, session: NewPortalSession<'_>) -> StoreResult<PortalSession> {
+        each_backend!(self, s => s.create_portal_session(session).await)
+    }
+
+    /// The session with this token hash, expired or not: the caller checks
+    /// the expiry against its clock.
+    pub async fn find_portal_session(&self, token_hash: &[u8]) -> StoreResult<Option<PortalSession>> {
+        each_backend!(self, s => s.find_portal_session(token_hash).await)
+    }
+
+    /// Revokes (deletes) a session; `false` when there is no such session.
+    pub async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
+        each_backend!(self, s => s.revoke_portal_session(id).await)
     }
 
     // Idempotency keys.
@@ -479,14 +502,26 @@ impl Store {
         each_backend!(self, s => s.slow_pace(endpoint_id, paused_until).await)
     }
 
-    /// The endpoint's delivery log, newest first; `None` when the cursor names
-    /// no log entry of this endpoint.
+    /// The endpoint's delivery log entries that `filter` lets through, newest
+    /// first, each with its event's type; `None` when the cursor names no log
+    /// entry of this endpoint.
     pub async fn list_logs(
         &self,
         endpoint_id: &str,
         limit: i64,
         starting_after: Option<Uuid>,
+        filter: &LogFilter,
     ) -> StoreResult<Option<Vec<DeliveryLog>>> {
-        each_backend!(self, s => s.list_logs(endpoint_id, limit, starting_after).await)
+        each_backend!(self, s => s.list_logs(endpoint_id, limit, starting_after, filter).await)
+    }
+
+    /// The developer's event as delivered, with where each of its deliveries
+    /// stands; `None` when the developer has no event with this id.
+    pub async fn find_delivered_event(
+        &self,
+        developer_id: Uuid,
+        event_id: &str,
+    ) -> StoreResult<Option<DeliveredEvent>> {
+        each_backend!(self, s => s.find_delivered_event(developer_id, event_id).await)
     }
 }

@@ -1,7 +1,8 @@
 //! An HTTPS webhook receiver as a process, for tests written in another
 //! language (the dashboard's browser tests, `tests/browser/run`): a throwaway
 //! CA and a [`tests::Receiver`] that answers every request 200 with
-//! `{"received":true}`, each request saved as a JSON file that the test reads.
+//! `{"received":true}` (503 under `/fail/`, for failed attempts), each
+//! request saved as a JSON file that the test reads.
 //!
 //! ```text
 //! webhooks-test-receiver DIR
@@ -33,7 +34,13 @@ async fn main() -> anyhow::Result<()> {
     let ca_pem = dir.join("ca.pem");
     std::fs::write(&ca_pem, ca.pem()).with_context(|| format!("write {}", ca_pem.display()))?;
     let receiver = Receiver::start(&ca).await?;
-    receiver.reply_always(Reply::ok().header("Content-Type", "application/json").body(r#"{"received":true}"#));
+    receiver.reply_with(|request, _| {
+        if request.path.starts_with("/fail/") {
+            Reply::status(503).body("unavailable")
+        } else {
+            Reply::ok().header("Content-Type", "application/json").body(r#"{"received":true}"#)
+        }
+    });
     let ready = serde_json::json!({
         "base_url": format!("https://127.0.0.1:{}", receiver.port()),
         "ca_pem": ca_pem,

@@ -6,10 +6,25 @@ use webhooks_model::Lane;
 
 use super::PgStore;
 use crate::{
-    Admission, AttemptRecord, Backlog, DeliveryState, Parked, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, Backlog, DeliveryState, LogFilter, Parked, StandingQuestion, StoreResult,
     health::{self, Failures, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::DeliveryLog;
+
+/// A delivery log entry as read: id, event id, event type, attempt, status,
+/// response body, error, error detail, duration, time.
+type LogRow = (
+    Uuid,
+    String,
+    Option<String>,
+    i32,
+    Option<i16>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i32,
+    DateTime<Utc>,
+);
 
 /// How an outcome ranks among outcomes of one delivery: its generation, its
 /// attempt, then success.
@@ -33,10 +48,12 @@ const RECORD: &str = "
         SELECT id FROM endpoints WHERE $17 AND id = ANY($16) AND ordering = 'ordered'
     ), logs AS (
         INSERT INTO delivery_attempts
-               (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+               (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at,
+                error_detail)
         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[],
-                             $8::text[], $9::int4[], $10::timestamptz[])
-               AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
+                             $8::text[], $9::int4[], $10::timestamptz[], $18::text[])
+               AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at,
+                    error_detail)
          WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
            AND NOT EXISTS (SELECT 1 FROM ordered)
         -- A batch whose commit the client did not hear of is recorded again
@@ -104,6 +121,7 @@ impl PgStore {
                 .bind(records.iter().map(|r| r.generation).collect::<Vec<_>>())
                 .bind(endpoints.clone())
                 .bind(unless_ordered)
+                .bind(logs.iter().map(|(_, l)| l.error_detail.as_deref()).collect::<Vec<_>>())
         };
         let ordered_in_batch = record(true).fetch_one(&self.pool).await?;
         if ordered_in_batch > 0 {
@@ -214,6 +232,7 @@ impl PgStore {
         endpoint_id: &str,
         limit: i64,
         starting_after: Option<Uuid>,
+        filter: &LogFilter,
     ) -> StoreResult<Option<Vec<DeliveryLog>>> {
         let cursor: Option<DateTime<Utc>> = match starting_after {
             None => None,
@@ -230,34 +249,63 @@ impl PgStore {
                 }
             }
         };
-        #[allow(clippy::type_complexity)]
-        let rows: Vec<(Uuid, String, i32, Option<i16>, Option<String>, Option<String>, i32, DateTime<Utc>)> =
-            sqlx::query_as(
-                "SELECT id, event_id, attempt, status, response_body, error, duration_ms, created_at
-                   FROM delivery_attempts
-                  WHERE endpoint_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
-                  ORDER BY created_at DESC, id DESC LIMIT $4",
-            )
-            // Planned with the actual cursor each time (see `list_events`).
-            .persistent(false)
-            .bind(endpoint_id)
-            .bind(cursor)
-            .bind(starting_after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+        // The event type is read from the stored event (its body is the
+        // `Event` as delivered); the endpoint's own index orders the scan.
+        let rows: Vec<LogRow> = sqlx::query_as(
+            "SELECT a.id, a.event_id, e.body::jsonb ->> 'event_type', a.attempt, a.status, a.response_body, a.error,
+                    a.error_detail, a.duration_ms, a.created_at
+               FROM delivery_attempts a LEFT JOIN events e ON e.id = a.event_id
+              WHERE a.endpoint_id = $1 AND ($2::timestamptz IS NULL OR (a.created_at, a.id) < ($2, $3))
+                AND ($5::bool IS NULL
+                     OR coalesce(a.error IS NULL AND a.status BETWEEN 200 AND 299, false) = $5)
+                AND ($6::text IS NULL OR e.body::jsonb ->> 'event_type' = $6)
+                AND ($7::text IS NULL OR a.event_id = $7)
+                AND ($8::timestamptz IS NULL OR a.created_at >= $8)
+                AND ($9::timestamptz IS NULL OR a.created_at < $9)
+              ORDER BY a.created_at DESC, a.id DESC LIMIT $4",
+        )
+        // Planned with the actual cursor each time (see `list_events`).
+        .persistent(false)
+        .bind(endpoint_id)
+        .bind(cursor)
+        .bind(starting_after)
+        .bind(limit)
+        .bind(filter.succeeded)
+        .bind(filter.event_type.as_deref())
+        .bind(filter.event_id.as_deref())
+        .bind(filter.since)
+        .bind(filter.until)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(Some(
             rows.into_iter()
-                .map(|(id, event_id, attempt, status, response_body, error, duration_ms, created_at)| DeliveryLog {
-                    id,
-                    event_id,
-                    attempt,
-                    status: status.map(i32::from),
-                    response_body,
-                    error,
-                    duration_ms: i64::from(duration_ms),
-                    created_at,
-                })
+                .map(
+                    |(
+                        id,
+                        event_id,
+                        event_type,
+                        attempt,
+                        status,
+                        response_body,
+                        error,
+                        error_detail,
+                        duration_ms,
+                        created_at,
+                    )| {
+                        DeliveryLog {
+                            id,
+                            event_id,
+                            event_type,
+                            attempt,
+                            status: status.map(i32::from),
+                            response_body,
+                            error,
+                            error_detail,
+                            duration_ms: i64::from(duration_ms),
+                            created_at,
+                        }
+                    },
+                )
                 .collect(),
         ))
     }

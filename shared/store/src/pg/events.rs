@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
-    StoreError, StoreResult, StoredEvent, UpcomingDelivery, events::RecoveryBatch,
+    DeliveredEvent, EndpointRecord, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery,
+    RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, events::RecoveryBatch,
 };
 use webhooks_model::EventEpoch;
 
@@ -18,6 +18,42 @@ use webhooks_model::EventEpoch;
 const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
 
 impl PgStore {
+    pub(crate) async fn find_delivered_event(
+        &self,
+        developer_id: Uuid,
+        event_id: &str,
+    ) -> StoreResult<Option<DeliveredEvent>> {
+        let body: Option<String> = sqlx::query_scalar("SELECT body FROM events WHERE id = $1 AND developer_id = $2")
+            .bind(event_id)
+            .bind(developer_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(body) = body else { return Ok(None) };
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(String, String, i32, Option<i16>, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT d.endpoint_id, d.state, d.attempts,
+                    (SELECT a.status FROM delivery_attempts a WHERE a.delivery_id = d.id
+                      ORDER BY a.created_at DESC, a.id DESC LIMIT 1),
+                    CASE WHEN d.state IN ('pending', 'retrying', 'waiting') THEN d.next_attempt_at END
+               FROM deliveries d WHERE d.event_id = $1
+              ORDER BY d.endpoint_id",
+        )
+        .bind(event_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let deliveries = rows
+            .into_iter()
+            .map(|(endpoint_id, state, attempts, last_status, next_attempt_at)| EventDelivery {
+                endpoint_id,
+                state,
+                attempts,
+                last_status: last_status.map(i32::from),
+                next_attempt_at,
+            })
+            .collect();
+        Ok(Some(DeliveredEvent { body, deliveries }))
+    }
+
     /// One statement for the whole batch (see [`crate::Store::ingest_events`]):
     /// each developer's counter moves once, by the number of its events,
     /// rows locked in developer order so that two API processes cannot

@@ -10,6 +10,7 @@ mod events;
 mod idempotency;
 mod outbox;
 mod pace;
+mod portal_sessions;
 mod recoveries;
 mod retention;
 mod sealed_keys;

@@ -6,13 +6,15 @@ use uuid::{Uuid, fmt::Hyphenated};
 
 use super::{SqliteStore, micros, queue::IN_TURN, time};
 use crate::{
-    Admission, AttemptRecord, Backlog, DeliveryState, StandingQuestion, StoreResult,
+    Admission, AttemptRecord, Backlog, DeliveryState, LogFilter, StandingQuestion, StoreResult,
     health::{self, HealthChange, SUCCESS_PRECISION_SECONDS, day},
 };
 use webhooks_model::{DeliveryLog, Lane};
 
-/// id, event_id, attempt, status, response_body, error, duration_ms, created_at
-type LogRow = (Hyphenated, String, i32, Option<i32>, Option<String>, Option<String>, i64, i64);
+/// A delivery log entry as read: id, event id, event type, attempt, status,
+/// response body, error, error detail, duration, time.
+type LogRow =
+    (Hyphenated, String, Option<String>, i32, Option<i32>, Option<String>, Option<String>, Option<String>, i64, i64);
 
 /// Whether a delivery in `state` has no next attempt of its own.
 fn settled(state: DeliveryState) -> bool {
@@ -28,8 +30,8 @@ impl SqliteStore {
         let mut tx = self.begin().await?;
         for (record, log) in records.iter().filter_map(|r| r.log.as_ref().map(|l| (r, l))) {
             sqlx::query(
-                "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
+                "INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at, error_detail)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
                   -- A delivery retention removed (a late duplicate) has no log to keep.
                   WHERE EXISTS (SELECT 1 FROM deliveries WHERE id = $2)
                  ON CONFLICT (id) DO NOTHING",
@@ -44,6 +46,7 @@ impl SqliteStore {
             .bind(log.error.as_deref())
             .bind(log.duration_ms)
             .bind(micros(log.created_at))
+            .bind(log.error_detail.as_deref())
             .execute(&mut *tx)
             .await?;
         }
@@ -133,6 +136,7 @@ impl SqliteStore {
         endpoint_id: &str,
         limit: i64,
         starting_after: Option<Uuid>,
+        filter: &LogFilter,
     ) -> StoreResult<Option<Vec<DeliveryLog>>> {
         let cursor: Option<i64> = match starting_after {
             None => None,
@@ -151,34 +155,62 @@ impl SqliteStore {
         };
         // One statement per shape, so the cursor is an index condition (see
         // `list_events`).
+        // The event type is read from the stored event (its body is the
+        // `Event` as delivered).
         let sql = format!(
-            "SELECT id, event_id, attempt, status, response_body, error, duration_ms, created_at
-               FROM delivery_attempts
-              WHERE endpoint_id = $1{}
-              ORDER BY created_at DESC, id DESC LIMIT $4",
-            if cursor.is_some() { " AND (created_at, id) < ($2, $3)" } else { "" }
+            "SELECT a.id, a.event_id, json_extract(e.body, '$.event_type'), a.attempt, a.status, a.response_body,
+                    a.error, a.error_detail, a.duration_ms, a.created_at
+               FROM delivery_attempts a LEFT JOIN events e ON e.id = a.event_id
+              WHERE a.endpoint_id = $1{}
+                AND ($5 IS NULL OR coalesce(a.error IS NULL AND a.status BETWEEN 200 AND 299, 0) = $5)
+                AND ($6 IS NULL OR json_extract(e.body, '$.event_type') = $6)
+                AND ($7 IS NULL OR a.event_id = $7)
+                AND ($8 IS NULL OR a.created_at >= $8)
+                AND ($9 IS NULL OR a.created_at < $9)
+              ORDER BY a.created_at DESC, a.id DESC LIMIT $4",
+            if cursor.is_some() { " AND (a.created_at, a.id) < ($2, $3)" } else { "" }
         );
         let rows: Vec<LogRow> = sqlx::query_as(&sql)
             .bind(endpoint_id)
             .bind(cursor)
             .bind(starting_after.map(|id| id.hyphenated()))
             .bind(limit)
+            .bind(filter.succeeded)
+            .bind(filter.event_type.as_deref())
+            .bind(filter.event_id.as_deref())
+            .bind(filter.since.map(micros))
+            .bind(filter.until.map(micros))
             .fetch_all(&self.reader)
             .await?;
         let logs = rows
             .into_iter()
-            .map(|(id, event_id, attempt, status, response_body, error, duration_ms, created_at)| {
-                Ok(DeliveryLog {
-                    id: id.into_uuid(),
+            .map(
+                |(
+                    id,
                     event_id,
+                    event_type,
                     attempt,
                     status,
                     response_body,
                     error,
+                    error_detail,
                     duration_ms,
-                    created_at: time(created_at)?,
-                })
-            })
+                    created_at,
+                )| {
+                    Ok(DeliveryLog {
+                        id: id.into_uuid(),
+                        event_id,
+                        event_type,
+                        attempt,
+                        status,
+                        response_body,
+                        error,
+                        error_detail,
+                        duration_ms,
+                        created_at: time(created_at)?,
+                    })
+                },
+            )
             .collect::<StoreResult<_>>()?;
         Ok(Some(logs))
     }

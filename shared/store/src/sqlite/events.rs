@@ -7,19 +7,60 @@ use uuid::Uuid;
 
 use super::{SqliteStore, json_list, micros, time};
 use crate::{
-    EndpointRecord, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow, SendOutcome,
-    StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names, events::RecoveryBatch,
+    DeliveredEvent, EndpointRecord, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery,
+    RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
+    events::RecoveryBatch,
 };
 use webhooks_model::EventEpoch;
 
 /// id, body, created_at
 type EventRow = (String, String, i64);
 
+/// endpoint_id, state, attempts, last_status, next_attempt_at
+type DeliveryRow = (String, String, i32, Option<i32>, Option<i64>);
+
 fn stored((id, body, created_at): EventRow) -> StoreResult<StoredEvent> {
     Ok(StoredEvent { id, body, created_at: time(created_at)? })
 }
 
 impl SqliteStore {
+    pub(crate) async fn find_delivered_event(
+        &self,
+        developer_id: Uuid,
+        event_id: &str,
+    ) -> StoreResult<Option<DeliveredEvent>> {
+        let body: Option<String> = sqlx::query_scalar("SELECT body FROM events WHERE id = $1 AND developer_id = $2")
+            .bind(event_id)
+            .bind(developer_id.hyphenated())
+            .fetch_optional(&self.reader)
+            .await?;
+        let Some(body) = body else { return Ok(None) };
+        let rows: Vec<DeliveryRow> = sqlx::query_as(
+            "SELECT d.endpoint_id, d.state, d.attempts,
+                    (SELECT a.status FROM delivery_attempts a WHERE a.delivery_id = d.id
+                      ORDER BY a.created_at DESC, a.id DESC LIMIT 1),
+                    CASE WHEN d.state IN ('pending', 'retrying', 'waiting') THEN d.next_attempt_at END
+               FROM deliveries d WHERE d.event_id = $1
+              ORDER BY d.endpoint_id",
+        )
+        .bind(event_id)
+        .fetch_all(&self.reader)
+        .await?;
+        let deliveries = rows
+            .into_iter()
+            .map(|(endpoint_id, state, attempts, last_status, next_attempt_at)| {
+                Ok(EventDelivery {
+                    endpoint_id,
+                    state,
+                    attempts,
+                    last_status,
+                    next_attempt_at: next_attempt_at.map(time).transpose()?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(DeliveredEvent { body, deliveries }))
+    }
+
     /// The whole batch in one transaction, one event after the other (see
     /// [`crate::Store::ingest_events`]): one commit, one fsync. The
     /// write lock is held from the first check to the commit, so a key found

@@ -20,6 +20,7 @@ mod deliveries;
 mod endpoints;
 mod events;
 mod idempotency;
+mod portal_sessions;
 mod queue;
 mod recoveries;
 mod retention;

@@ -105,10 +105,12 @@ fn log(event_id: &str, attempt: i32, created_at: DateTime<Utc>) -> DeliveryLog {
     DeliveryLog {
         id: Uuid::now_v7(),
         event_id: event_id.to_owned(),
+        event_type: None,
         attempt,
         status: Some(500),
         response_body: Some("nope".into()),
         error: None,
+        error_detail: Some("HTTP 500 Internal Server Error".into()),
         duration_ms: 12,
         created_at,
     }
@@ -339,7 +341,11 @@ async fn the_queue_claims_once_retries_on_time_and_ignores_older_generations() {
     assert_eq!(queue_row(store, delivery).await, ("succeeded".into(), 1, 2, 2, false, false, None));
     assert_eq!(store.admission(delivery, Some(1), 2).await.unwrap(), Admission::Superseded);
     assert_eq!(store.next_due_at(true).await.unwrap(), None);
-    assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 3, "every attempt is logged");
+    assert_eq!(
+        store.list_logs(&active.id, 10, None, &Default::default()).await.unwrap().unwrap().len(),
+        3,
+        "every attempt is logged"
+    );
 }
 
 #[tokio::test]
@@ -373,7 +379,11 @@ async fn the_state_never_goes_backwards() {
     store.record_attempts(&[at(4, DeliveryState::Retrying)]).await.unwrap();
     assert_eq!(queue_row(store, delivery).await.0, "succeeded");
     assert_eq!(store.admission(delivery, Some(0), 5).await.unwrap(), Admission::Superseded);
-    assert_eq!(store.list_logs(&active.id, 10, None).await.unwrap().unwrap().len(), 5, "every attempt is logged");
+    assert_eq!(
+        store.list_logs(&active.id, 10, None, &Default::default()).await.unwrap().unwrap().len(),
+        5,
+        "every attempt is logged"
+    );
 }
 
 #[tokio::test]
@@ -522,7 +532,8 @@ async fn logs_page_newest_first() {
     let store = &scratch.store;
     let developer = Uuid::new_v4();
     let active = endpoint(store, developer, vec![], EndpointStatus::Active).await;
-    let new = event(developer);
+    let new =
+        NewEvent { body_head: "{\"event_type\":\"customer.created\",\"event_sequence\":".into(), ..event(developer) };
     store.ingest_event(&new).await.unwrap();
     let delivery = store.claim_due(1, 1).await.unwrap()[0].delivery_id;
     let t0 = webhooks_model::time::now();
@@ -535,12 +546,18 @@ async fn logs_page_newest_first() {
 
     let mut newest_first = logs.clone();
     newest_first.sort_by_key(|l| std::cmp::Reverse((l.created_at, l.id)));
-    let all = store.list_logs(&active.id, 10, None).await.unwrap().unwrap();
+    let all = store.list_logs(&active.id, 10, None, &Default::default()).await.unwrap().unwrap();
+    // Each entry is read with its event's type.
+    let stored_type = all.first().and_then(|l| l.event_type.clone());
+    assert_eq!(stored_type.as_deref(), Some("customer.created"), "{all:?}");
+    for l in &mut newest_first {
+        l.event_type = stored_type.clone();
+    }
     assert_eq!(all, newest_first, "each log once, newest first");
-    let rest = store.list_logs(&active.id, 2, Some(newest_first[1].id)).await.unwrap().unwrap();
+    let rest = store.list_logs(&active.id, 2, Some(newest_first[1].id), &Default::default()).await.unwrap().unwrap();
     assert_eq!(rest, newest_first[2..4]);
-    assert_eq!(store.list_logs(&active.id, 10, Some(Uuid::now_v7())).await.unwrap(), None);
-    assert_eq!(store.list_logs("wep_other", 10, Some(newest_first[0].id)).await.unwrap(), None);
+    assert_eq!(store.list_logs(&active.id, 10, Some(Uuid::now_v7()), &Default::default()).await.unwrap(), None);
+    assert_eq!(store.list_logs("wep_other", 10, Some(newest_first[0].id), &Default::default()).await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -1,0 +1,74 @@
+//! Portal sessions on PostgreSQL.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::PgStore;
+use crate::{NewPortalSession, PortalSession, StoreResult};
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Uuid,
+    developer_id: Uuid,
+    scopes: Vec<String>,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+}
+
+impl From<Row> for PortalSession {
+    fn from(row: Row) -> PortalSession {
+        PortalSession {
+            id: row.id,
+            developer_id: row.developer_id,
+            scopes: row.scopes.iter().filter_map(|s| s.parse().ok()).collect(),
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+        }
+    }
+}
+
+const COLUMNS: &str = "id, developer_id, scopes, created_at, expires_at";
+
+impl PgStore {
+    pub(crate) async fn create_portal_session(&self, session: NewPortalSession<'_>) -> StoreResult<PortalSession> {
+        let scopes: Vec<&str> = session.scopes.iter().map(|s| s.as_str()).collect();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO developers (id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(session.developer_id)
+            .execute(&mut *tx)
+            .await?;
+        // Sessions are few and short: the expired ones go as new ones come.
+        sqlx::query("DELETE FROM portal_sessions WHERE expires_at <= $1")
+            .bind(session.created_at)
+            .execute(&mut *tx)
+            .await?;
+        let row: Row = sqlx::query_as(&format!(
+            "INSERT INTO portal_sessions (id, developer_id, token_hash, scopes, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             RETURNING {COLUMNS}"
+        ))
+        .bind(Uuid::now_v7())
+        .bind(session.developer_id)
+        .bind(&session.token_hash)
+        .bind(&scopes)
+        .bind(session.created_at)
+        .bind(session.expires_at)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row.into())
+    }
+
+    pub(crate) async fn find_portal_session(&self, token_hash: &[u8]) -> StoreResult<Option<PortalSession>> {
+        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1").bind(id).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,77 @@
+//! Portal sessions on SQLite.
+
+use uuid::{Uuid, fmt::Hyphenated};
+
+use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
+use crate::{NewPortalSession, PortalSession, StoreError, StoreResult};
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Hyphenated,
+    developer_id: Hyphenated,
+    scopes: String,
+    created_at: i64,
+    expires_at: i64,
+}
+
+impl TryFrom<Row> for PortalSession {
+    type Error = StoreError;
+    fn try_from(row: Row) -> Result<PortalSession, StoreError> {
+        let scopes = parse_list(&row.scopes)
+            .ok_or_else(|| StoreError::Corrupt(format!("portal session {}: bad scopes", row.id)))?;
+        Ok(PortalSession {
+            id: row.id.into_uuid(),
+            developer_id: row.developer_id.into_uuid(),
+            scopes: scopes.iter().filter_map(|s| s.parse().ok()).collect(),
+            created_at: time(row.created_at)?,
+            expires_at: time(row.expires_at)?,
+        })
+    }
+}
+
+const COLUMNS: &str = "id, developer_id, scopes, created_at, expires_at";
+
+impl SqliteStore {
+    pub(crate) async fn create_portal_session(&self, session: NewPortalSession<'_>) -> StoreResult<PortalSession> {
+        let scopes = json_list(session.scopes.iter().map(|s| s.as_str()).collect());
+        let mut tx = self.begin().await?;
+        ensure_developer(&mut tx, session.developer_id, session.created_at).await?;
+        // Sessions are few and short: the expired ones go as new ones come.
+        sqlx::query("DELETE FROM portal_sessions WHERE expires_at <= $1")
+            .bind(micros(session.created_at))
+            .execute(&mut *tx)
+            .await?;
+        let row: Row = sqlx::query_as(&format!(
+            "INSERT INTO portal_sessions (id, developer_id, token_hash, scopes, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             RETURNING {COLUMNS}"
+        ))
+        .bind(Uuid::now_v7().hyphenated())
+        .bind(session.developer_id.hyphenated())
+        .bind(&session.token_hash)
+        .bind(scopes)
+        .bind(micros(session.created_at))
+        .bind(micros(session.expires_at))
+        .fetch_one(&mut *tx)
+        .await?;
+        let stored = PortalSession::try_from(row)?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    pub(crate) async fn find_portal_session(&self, token_hash: &[u8]) -> StoreResult<Option<PortalSession>> {
+        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
+            .bind(token_hash)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    pub(crate) async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1")
+            .bind(id.hyphenated())
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
