@@ -11,17 +11,11 @@
   const SESSION_PREFIX = "ps_";
   const UNRESTRICTED = "platform:api_unrestricted";
   const SCOPES = ["webhooks:read", "webhooks:write", "api_keys:read", "api_keys:write"];
-  const CATEGORIES = [
-    "customer", "kyc_link", "transfer", "external_account", "liquidation_address",
-    "liquidation_address.drain", "virtual_account", "virtual_account.activity",
-    "static_memo.activity", "platform_wallet.activity", "card_account", "card_transaction",
-    "card_withdrawal", "posted_card_account_transaction",
-  ];
   const REFRESH_MS = 3000;
   const LOG_PAGE = 20;
   const UPCOMING_LIMIT = 20;
 
-  const state = { key: null, me: null, render: 0, refresh: null, timer: null, afterSignIn: null, keepNotice: false };
+  const state = { key: null, me: null, catalog: null, render: 0, refresh: null, timer: null, afterSignIn: null, keepNotice: false };
   const $ = (id) => document.getElementById(id);
 
   // ---- DOM ----------------------------------------------------------------
@@ -213,6 +207,7 @@
     sessionStorage.removeItem(KEY_STORAGE);
     state.key = null;
     state.me = null;
+    state.catalog = null;
     stopRefresh();
     updateHeader();
     // No hashchange (which clears the alert): the reason stays on screen.
@@ -224,6 +219,7 @@
   function updateHeader() {
     const signedIn = !!state.me;
     $("nav-endpoints").hidden = !signedIn;
+    $("nav-catalog").hidden = !signedIn;
     $("nav-keys").hidden = !can("api_keys:read");
     $("nav-signin").hidden = signedIn;
     $("session").hidden = !signedIn;
@@ -301,6 +297,7 @@
     const current = () => token === state.render;
     try {
       if (page === "keys") await viewKeys(current);
+      else if (page === "catalog") await viewCatalog(current, id);
       else if (page === "endpoints" && id) await viewEndpoint(id, current);
       else if (page === "endpoints") await viewEndpoints(current);
       else location.hash = "#/endpoints";
@@ -371,11 +368,42 @@
   const PACE_HINT = "1 to 10000; empty: no limit. Deliveries above it wait; none fails for it.";
   const ORDER_HINT = "In sequence: by event_sequence; a failing event holds back the later ones.";
 
+  // ---- the event catalog ----------------------------------------------------------------
+
+  /** The event types (GET /v0/event_types), fetched once per sign-in; `fresh` fetches again. */
+  async function eventTypes(fresh = false) {
+    if (!state.catalog || fresh) state.catalog = (await api("GET", "/event_types")).data;
+    return state.catalog;
+  }
+  /** The categories the catalog's types name, sorted. */
+  const categoriesOf = (types) => [...new Set(types.map((t) => t.category))].sort();
+  const typesText = (list) => (list && list.length ? list.join(", ") : "all types of its categories");
+
+  async function viewCatalog(current, focus) {
+    const types = await eventTypes(true);
+    if (!current()) return;
+    const filter = select([["", "all categories"], ...categoriesOf(types).map((c) => [c, c])], "");
+    const list = h("ul", { class: "cards", id: "event-types" });
+    const render = () => list.replaceChildren(...types.filter((t) => !filter.value || t.category === filter.value).map((t) =>
+      h("li", { class: "card", "data-event-type": t.name, id: `type-${t.name}` },
+        h("h2", { class: "mono type-name" }, t.name),
+        h("div", { class: "badges" }, badge(t.category, "scheme"), t.deprecated ? badge("deprecated", "failing") : null),
+        h("p", {}, t.description),
+        h("details", { open: t.name === focus }, h("summary", {}, "Example event_object"), h("pre", { class: "json" }, JSON.stringify(t.example, null, 2))),
+        h("details", {}, h("summary", {}, "JSON Schema of event_object"), h("pre", { class: "json" }, JSON.stringify(t.schema, null, 2))),
+        h("p", { class: "meta" }, "updated ", when(t.updated_at)))));
+    filter.addEventListener("change", render);
+    render();
+    show(h("h1", {}, "Event types"),
+      h("p", { class: "hint" }, `${types.length} types in the catalog. Each event's event_object satisfies its type's schema; endpoints can narrow to categories and types.`),
+      field("Category", filter), list);
+  }
+
   async function viewEndpoints(current) {
     if (!can("webhooks:read")) {
       return show(h("h1", {}, "Endpoints"), h("p", {}, "This key cannot list endpoints: it lacks the webhooks:read scope."));
     }
-    const list = await api("GET", "/webhooks");
+    const [list, types] = await Promise.all([api("GET", "/webhooks"), eventTypes()]);
     if (!current()) return;
     const items = list.data.map((ep) => h("li", { class: "card" },
       h("a", { href: endpointPath(ep.id), class: "url" }, ep.url),
@@ -383,12 +411,12 @@
         ep.disabled_reason ? badge(`disabled: ${ep.disabled_reason}`, "failing") : null),
       h("p", { class: "meta" }, `${ep.id} · ${categoriesText(ep.event_categories)} · created `, when(ep.created_at))));
     show(h("h1", {}, "Endpoints"),
-      can("webhooks:write") ? createEndpointForm(list.data.length === 0)
+      can("webhooks:write") ? createEndpointForm(list.data.length === 0, categoriesOf(types))
         : h("p", { class: "hint" }, "This key can look but not change: it lacks the webhooks:write scope."),
       items.length ? h("ul", { class: "cards", id: "endpoint-list" }, items) : h("p", { class: "empty" }, "No endpoints yet."));
   }
 
-  function createEndpointForm(open) {
+  function createEndpointForm(open, categories) {
     const url = h("input", { type: "url", required: true, placeholder: "https://example.com/webhooks", autocomplete: "url" });
     const epoch = select([["webhook_creation", "events created from now on"], ["beginning_of_time", "earlier events too"]], "webhook_creation");
     const scheme = select(SCHEMES, "platform");
@@ -396,7 +424,7 @@
     const order = select(ORDERS, "none");
     const form = h("form", {},
       field("URL", url, "HTTPS only; its host must answer a TLS handshake now."),
-      checkboxes("Categories", "category", CATEGORIES, new Set(), new Set(), "None checked: every category."),
+      checkboxes("Categories", "category", categories, new Set(), new Set(), "None checked: every category."),
       h("div", { class: "row" }, field("Events", epoch), field("Signature scheme", scheme)),
       h("div", { class: "row" }, field("Pace (deliveries per second)", pace, PACE_HINT), field("Order", order, ORDER_HINT)),
       h("button", { type: "submit", class: "primary" }, "Create endpoint"));
@@ -420,7 +448,7 @@
 
   async function viewEndpoint(id, current) {
     const path = `/webhooks/${encodeURIComponent(id)}`;
-    const endpoint = await api("GET", path);
+    const [endpoint, types] = await Promise.all([api("GET", path), eventTypes()]);
     if (!current()) return;
     const top = h("div", {});
     const upcoming = h("section", { "aria-labelledby": "upcoming-h" });
@@ -428,7 +456,7 @@
     const reload = async () => {
       const fresh = await api("GET", path);
       if (!current()) return;
-      renderEndpointTop(top, fresh, path, reload, refreshLists);
+      renderEndpointTop(top, fresh, path, reload, refreshLists, types);
       // The button that was pressed is gone: keep the focus in the view.
       if (!top.contains(document.activeElement)) {
         const heading = top.querySelector("h1");
@@ -439,13 +467,13 @@
     const upcomingView = upcomingSection(upcoming, path);
     const logsView = logsSection(logs, path);
     const refreshLists = () => Promise.all([upcomingView.refresh(), logsView.refresh()]);
-    renderEndpointTop(top, endpoint, path, reload, refreshLists);
+    renderEndpointTop(top, endpoint, path, reload, refreshLists, types);
     show(h("p", { class: "back" }, h("a", { href: "#/endpoints" }, "← All endpoints")), top, upcoming, logs);
     await refreshLists();
     if (current()) startRefresh(refreshLists);
   }
 
-  function renderEndpointTop(top, ep, path, reload, refreshLists) {
+  function renderEndpointTop(top, ep, path, reload, refreshLists, types) {
     const write = can("webhooks:write");
     const actions = write ? h("div", { class: "actions" },
       ep.status === "active"
@@ -476,6 +504,7 @@
       h("dt", {}, "Signature scheme"), h("dd", {}, ep.signature_scheme || "platform"),
       h("dt", {}, "Events"), h("dd", {}, ep.event_epoch === "beginning_of_time" ? "earlier events too" : "from creation on"),
       h("dt", {}, "Categories"), h("dd", {}, categoriesText(ep.event_categories)),
+      h("dt", {}, "Event types"), h("dd", {}, typesText(ep.event_types)),
       h("dt", {}, "Pace"), h("dd", {}, paceText(ep.rate_limit_per_second)),
       h("dt", {}, "Order"), h("dd", {}, orderText(ep.ordering)),
       h("dt", {}, "Last success"), h("dd", {}, health ? when(health.last_success_at) : "not reported"),
@@ -500,18 +529,46 @@
       h("div", { class: "badges" }, badge(ep.status), badge(ep.signature_scheme || "platform", "scheme"),
         ep.disabled_reason ? badge(`disabled by the service: ${ep.disabled_reason}`, "failing") : null),
       actions, h("div", { class: "overview" }, details, keys),
-      write ? editForm(ep, path, reload) : null,
+      write ? testForm(ep, path, types, refreshLists) : null,
+      write ? editForm(ep, path, reload, categoriesOf(types)) : null,
       write ? recoverForm(path, refreshLists) : null]));
   }
 
-  function editForm(ep, path, reload) {
+  /** Sends the example of a catalog type to the endpoint now (POST /webhooks/{id}/test). */
+  function testForm(ep, path, types, refreshLists) {
+    // The endpoint's own categories and types first: what it would get.
+    const wanted = (t) => (!ep.event_categories || !ep.event_categories.length || ep.event_categories.includes(t.category))
+      && (!ep.event_types || !ep.event_types.length || ep.event_types.includes(t.name));
+    const ordered = [...types.filter(wanted), ...types.filter((t) => !wanted(t))];
+    const type = select(ordered.map((t) => [t.name, t.deprecated ? `${t.name} (deprecated)` : t.name]), ordered.length ? ordered[0].name : "");
+    type.name = "test-event-type";
+    const result = h("p", { class: "result", role: "status", id: "test-result" });
+    const form = h("form", {},
+      h("p", { class: "hint" }, "Sends the type's example to this endpoint now, marked \"test\": true and signed like every delivery, whether the endpoint is active or not. One attempt, no retry; it is not kept as an event or in the log."),
+      field("Event type", type), h("button", { type: "submit", class: "primary" }, "Send test"), result);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(form.querySelector("button[type=submit]"), async () => {
+        result.textContent = "";
+        const log = await api("POST", `${path}/test`, { event_type: type.value });
+        const ok = log.status !== null && log.status >= 200 && log.status < 300 && !log.error;
+        const answer = log.status !== null ? `HTTP ${log.status}` : "no answer";
+        result.replaceChildren(badge(ok ? "delivered" : "failed", ok ? "ok" : "bad"),
+          ` ${answer}${log.error ? ` (${log.error})` : ""} in ${log.duration_ms} ms · event `, h("span", { class: "mono" }, log.event_id));
+        await refreshLists();
+      });
+    });
+    return h("details", { class: "panel", id: "test-event" }, h("summary", {}, "Send a test event"), form);
+  }
+
+  function editForm(ep, path, reload, categories) {
     const url = h("input", { type: "url", required: true, value: ep.url });
     const scheme = select(SCHEMES, ep.signature_scheme || "platform");
     const pace = paceInput(ep.rate_limit_per_second);
     const order = select(ORDERS, ep.ordering || "none");
     const form = h("form", {},
       field("URL", url, "The URL can change only while the endpoint is disabled."),
-      checkboxes("Categories", "edit-category", CATEGORIES, new Set(ep.event_categories || []), new Set(), "None checked: every category."),
+      checkboxes("Categories", "edit-category", categories, new Set(ep.event_categories || []), new Set(), "None checked: every category."),
       field("Signature scheme", scheme, "Changing it makes a new key pair; the old key keeps signing for an overlap."),
       h("div", { class: "row" }, field("Pace (deliveries per second)", pace, PACE_HINT),
         field("Order", order, `${ORDER_HINT} Back to any order, the events waiting for their turn go at once.`)),

@@ -121,6 +121,18 @@ pub struct Config {
     /// The dashboard's accent colour: a CSS hex colour (`#1a7f5a`, `#fa0`).
     #[arg(long, env = "PORTAL_ACCENT_COLOR", value_parser = parse_accent_color)]
     pub portal_accent_color: Option<String>,
+
+    /// A JSON file of event types (`{"event_types": [...]}`, each as `PUT
+    /// /internal/event_types/{name}` takes it, with its `name`), stored at
+    /// start: it adds and replaces the types it names. Unset: the default
+    /// catalog shipped with the service.
+    #[arg(long, env = "EVENT_CATALOG")]
+    pub event_catalog: Option<std::path::PathBuf>,
+
+    /// Whether ingest refuses an `event_type` the catalog does not know;
+    /// `false` accepts it (logged and counted).
+    #[arg(long, env = "EVENT_CATALOG_STRICT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub event_catalog_strict: bool,
 }
 
 /// The origins of `PORTAL_FRAME_ANCESTORS`, each checked to be a bare origin,

@@ -124,14 +124,18 @@ pub fn router() -> Router<AppState> {
 pub struct IngestEvent {
     /// The developer whose endpoints get the event.
     pub developer_id: Uuid,
-    pub event_category: Category,
-    /// 1 to 255 characters, no control characters.
+    /// A category of the event catalog: the one of `event_type`.
+    #[schema(value_type = Category)]
+    pub event_category: String,
+    /// A type of the event catalog (`GET /v0/event_types`); an unknown one
+    /// is refused unless `EVENT_CATALOG_STRICT=false`.
     #[schema(min_length = 1, max_length = 255)]
     pub event_type: String,
     /// 1 to 255 characters, no control characters.
     #[schema(min_length = 1, max_length = 255)]
     pub event_object_id: String,
-    /// The object as it is now: a JSON object.
+    /// The object as it is now: a JSON object that satisfies the schema of
+    /// its type.
     #[schema(value_type = Object)]
     pub event_object: serde_json::Value,
     /// 1 to 255 characters, no control characters.
@@ -156,6 +160,7 @@ fn check_text(key: &str, value: &str, max: usize) -> ApiResult<()> {
 }
 
 fn validate(body: &IngestEvent) -> ApiResult<()> {
+    check_text("event_category", &body.event_category, 64)?;
     check_text("event_type", &body.event_type, 255)?;
     check_text("event_object_id", &body.event_object_id, 255)?;
     if let Some(status) = &body.event_object_status {
@@ -172,6 +177,45 @@ fn validate(body: &IngestEvent) -> ApiResult<()> {
         ));
     }
     Ok(())
+}
+
+/// Checks the event against the catalog (API.md §8.9): a known type, of the
+/// category given, whose object satisfies the type's schema; or, with
+/// `EVENT_CATALOG_STRICT=false`, an unknown type of a known category.
+/// Answers the event's category.
+async fn check_catalog(state: &AppState, body: &IngestEvent) -> ApiResult<Category> {
+    let catalog = &state.catalog;
+    let Some(entry) = catalog.get(&body.event_type).await else {
+        if catalog.strict {
+            return Err(ApiError::invalid(
+                Location::Body,
+                "event_type",
+                format!("unknown event_type {:?}: GET /v0/event_types lists the catalog", body.event_type),
+            ));
+        }
+        let category = catalog.category(&body.event_category).await.ok_or_else(|| unknown_category(body))?;
+        tracing::info!(event_type = %body.event_type, %category, "event of a type the catalog does not know accepted");
+        state.metrics.unknown_event_types.inc();
+        return Ok(category);
+    };
+    let category = entry.event_type.category;
+    if category.as_str() != body.event_category {
+        return Err(ApiError::invalid(
+            Location::Body,
+            "event_category",
+            format!("event_category must be {category:?}, the category of {}", entry.event_type.name),
+        ));
+    }
+    entry.check(&body.event_object).map_err(|message| ApiError::invalid(Location::Body, "event_object", message))?;
+    Ok(category)
+}
+
+fn unknown_category(body: &IngestEvent) -> ApiError {
+    ApiError::invalid(
+        Location::Body,
+        "event_category",
+        format!("unknown event_category {:?}: GET /v0/event_types lists the catalog", body.event_category),
+    )
 }
 
 /// The event's JSON in two parts, before and after the value of
@@ -218,7 +262,7 @@ async fn replay(state: &AppState, developer_id: Uuid, key: &str, hash: &[u8]) ->
     responses(
         (status = 201, description = "The event as receivers will get it", body = Event,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
-        (status = 400, description = "`invalid`/`required` body field (`source.key` names it), or a malformed `Idempotency-Key`", body = crate::error::ErrorBody),
+        (status = 400, description = "`invalid`/`required` body field (`source.key` names it): an `event_type` the catalog does not know, an `event_category` that is not the type's, an `event_object` that breaks the type's schema (the message names the JSON pointer at fault); or a malformed `Idempotency-Key`", body = crate::error::ErrorBody),
         (status = 401, description = "`invalid`: the bearer token is missing or wrong (only when `INTERNAL_TOKEN` is set)", body = crate::error::ErrorBody),
         (status = 413, description = "`too_large`: the body is over `MAX_EVENT_BYTES` (256 KiB by default)", body = crate::error::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: the body is not `application/json`", body = crate::error::ErrorBody),
@@ -237,6 +281,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     let idempotency_key = idempotency::key_from_headers(&headers)?;
     let body: IngestEvent = parse_json(&bytes)?;
     validate(&body)?;
+    let category = check_catalog(&state, &body).await?;
     let request_hash = idempotency_key.as_ref().map(|_| fingerprint(&Method::POST, "/internal/events", &bytes));
     if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash)
         && let Some(answer) = replay(&state, body.developer_id, key, hash).await?
@@ -250,7 +295,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         api_version: "v0".into(),
         event_id: id.clone(),
         event_developer_id: body.developer_id,
-        event_category: body.event_category,
+        event_category: category,
         event_type: body.event_type,
         event_sequence: 0,
         event_object_id: body.event_object_id,
@@ -258,6 +303,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         event_object: body.event_object,
         event_object_changes: body.event_object_changes.filter(|c| !c.is_null()),
         event_created_at: created_at,
+        test: false,
     };
     let (body_head, body_tail) = split_at_sequence(&event).map_err(|e| ApiError::Unexpected(e.into()))?;
     let developer_id = event.event_developer_id;
@@ -266,6 +312,7 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
         id,
         developer_id,
         category: event.event_category,
+        event_type: event.event_type.clone(),
         created_at,
         idempotency_key,
         request_hash,
@@ -310,6 +357,7 @@ mod tests {
             event_object: serde_json::json!({"event_sequence": 0, "nested": {"a": [1, 2]}}),
             event_object_changes: Some(serde_json::json!({"state": ["pending", "payment_processed"]})),
             event_created_at: webhooks_model::time::now(),
+            test: false,
         };
         let (head, tail) = split_at_sequence(&event).unwrap();
         event.event_sequence = 42;

@@ -25,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(crate::ingest::router())
         .merge(crate::portal::router())
+        .route("/internal/event_types/{name}", axum::routing::put(put_event_type))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(
@@ -33,6 +34,41 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(state.config.limits.request_timeout, webhooks_listener::request_timeout))
         .with_state(state)
+}
+
+/// Adds or replaces a type of the event catalog.
+///
+/// Takes effect at once in this process, and within a second in every other
+/// (API and dispatcher alike); no restart. The example must satisfy the
+/// schema, which must be a valid JSON Schema (2020-12). A category named
+/// here for the first time becomes a category of the catalog.
+#[utoipa::path(put, path = "/internal/event_types/{name}", tag = "internal", operation_id = "putEventType",
+    params(("name" = String, Path, description = "1 to 128 of `a-z`, `0-9`, `_`, `-`, `.`, starting with a letter")),
+    request_body = crate::catalog::EventTypeInput,
+    security(("internal_token" = [])),
+    responses(
+        (status = 200, description = "The type was changed", body = webhooks_model::EventType),
+        (status = 201, description = "The type is new", body = webhooks_model::EventType),
+        (status = 400, description = "`invalid`/`required` (`source.key` names the field): a bad name, category or description, a schema that is not one, an example that breaks its schema", body = crate::error::ErrorBody),
+        (status = 401, description = "`invalid`: the bearer token is missing or wrong (only when `INTERNAL_TOKEN` is set)", body = crate::error::ErrorBody),
+    ))]
+pub async fn put_event_type(
+    State(state): State<AppState>,
+    crate::extract::Path(name): crate::extract::Path<String>,
+    crate::extract::Json(input): crate::extract::Json<crate::catalog::EventTypeInput>,
+) -> Result<Response, ApiError> {
+    let new = crate::catalog::check_input(&name, input).map_err(|refusal| match refusal {
+        crate::catalog::Refusal::Invalid { key: "name", message } => {
+            ApiError::invalid(crate::error::Location::Path, "name", message)
+        }
+        crate::catalog::Refusal::Invalid { key, message } => {
+            ApiError::invalid(crate::error::Location::Body, key, message)
+        }
+    })?;
+    let (stored, created) = state.catalog.put(&new).await?;
+    tracing::info!(name = %stored.name, category = %stored.category, created, "event type stored");
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, axum::Json(stored)).into_response())
 }
 
 /// The paths served without the token: the liveness and readiness probes.

@@ -10,6 +10,7 @@
 //! - [`run`]: starts all of it on given listeners until a shutdown token fires.
 
 pub mod auth;
+pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
@@ -128,7 +129,15 @@ async fn serve(
         tracing::info!(%sealing, key_ids = %key_ids.join(","), "new endpoint keys are sealed with the first key");
     }
     let roots = tls::root_store(common.tls_extra_roots.as_deref()).context("TLS_EXTRA_ROOTS")?;
-    let tls = Arc::new(tls::client_config(roots)?);
+    let tls = Arc::new(tls::client_config(roots.clone())?);
+    // Test events (`POST /webhooks/{id}/test`) go out as deliveries do:
+    // the same guarded client and timeouts as a dispatcher's.
+    let delivery_client = tls::delivery_client(
+        tls::client_config(roots)?,
+        common.target_allow_private,
+        common.delivery_timeout,
+        common.delivery_timeout.min(Duration::from_secs(5)),
+    )?;
     let metrics = Arc::new(metrics::Metrics::new());
     let background = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -176,7 +185,15 @@ async fn serve(
         &tasks,
         background.clone(),
     );
+    let catalog = Arc::new(
+        catalog::Catalog::open(store.clone(), config.event_catalog_strict, config.event_catalog.as_deref())
+            .await
+            .context("event catalog")?,
+    );
+    tasks.spawn(catalog.clone().keep_fresh(background.clone()));
     let state = AppState {
+        catalog,
+        delivery_client,
         config: Arc::new(config.clone()),
         store: store.clone(),
         topology,

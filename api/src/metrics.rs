@@ -49,6 +49,9 @@ pub struct Metrics {
     pub events_accepted: Counter,
     /// Events per ingest transaction.
     pub ingest_batch_size: Histogram,
+    /// Events accepted with a type the catalog does not know
+    /// (`EVENT_CATALOG_STRICT=false`).
+    pub unknown_event_types: Counter,
     /// What waits, refreshed every few seconds.
     pub backlog: BacklogMetrics,
 }
@@ -103,15 +106,21 @@ impl Metrics {
         let latency = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let queue = webhooks_queue::metrics::QueueMetrics::default();
         let events_accepted = Counter::default();
+        let unknown_event_types = Counter::default();
         let ingest_batch_size = Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]);
         registry.register("http_requests", "HTTP requests by route, method and status", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency by route", latency.clone());
         queue.register(&mut registry);
         registry.register("events_accepted", "Events accepted for delivery", events_accepted.clone());
+        registry.register(
+            "unknown_event_types_accepted",
+            "Events accepted with an event_type the catalog does not know (EVENT_CATALOG_STRICT=false)",
+            unknown_event_types.clone(),
+        );
         registry.register("ingest_batch_size", "Events stored per ingest transaction", ingest_batch_size.clone());
         let backlog = BacklogMetrics::default();
         backlog.register(&mut registry);
-        Metrics { registry, requests, latency, queue, events_accepted, ingest_batch_size, backlog }
+        Metrics { registry, requests, latency, queue, events_accepted, ingest_batch_size, unknown_event_types, backlog }
     }
 
     /// The Prometheus text exposition.

@@ -19,7 +19,7 @@ use utoipa::{
     },
 };
 
-use crate::routes::{api_keys, events, webhooks};
+use crate::routes::{api_keys, event_types, events, test_events, webhooks};
 
 /// The `Idempotency-Key` header every `POST` carries (API.md §3).
 #[derive(Debug, Deserialize, IntoParams)]
@@ -270,7 +270,8 @@ impl Modify for Common {
             // API's middleware (keys, idempotency store, request limit).
             if !path.starts_with("/v0/") {
                 item.servers = Some(vec![utoipa::openapi::Server::new("http://127.0.0.1:8081")]);
-                for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                for operation in [&mut item.get, &mut item.put, &mut item.post, &mut item.delete].into_iter().flatten()
+                {
                     add(operation, "408", REQUEST_TIMEOUT);
                     add(operation, "431", HEADERS_TOO_LARGE);
                 }
@@ -322,7 +323,8 @@ and an unknown path 404 `not_found`.",
         webhooks::create, webhooks::list, webhooks::show, webhooks::update, webhooks::remove,
         webhooks::rotate_key, webhooks::recover, webhooks::show_recovery,
         events::upcoming, events::logs, events::send, events::list, events::show,
-        crate::ingest::ingest, crate::internal::healthz, crate::internal::readyz, crate::internal::metrics,
+        event_types::list, event_types::get_one, test_events::send_test,
+        crate::ingest::ingest, crate::internal::put_event_type, crate::internal::healthz, crate::internal::readyz, crate::internal::metrics,
         crate::portal::create, crate::portal::revoke,
     ),
     components(schemas(crate::error::ErrorBody)),

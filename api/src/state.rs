@@ -25,6 +25,10 @@ pub struct AppState {
     pub ingester: crate::ingest::Ingester,
     /// Runs the recoveries, under a budget of their own.
     pub recoveries: crate::recoveries::Recoveries,
+    /// The event catalog, kept in step with the database.
+    pub catalog: Arc<crate::catalog::Catalog>,
+    /// The guarded delivery client, for test events.
+    pub delivery_client: reqwest::Client,
     /// The metrics of in-process delivery (standalone mode), served with the API's.
     pub delivery_metrics: Option<Arc<dispatcher::metrics::Metrics>>,
     /// The per-developer request limit, unless switched off.

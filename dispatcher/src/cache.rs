@@ -12,7 +12,7 @@ use anyhow::Context;
 use url::Url;
 use webhooks_keys::{KeyCipher, signer::EndpointSigner, signer::KeySigner};
 use webhooks_model::EndpointStatus;
-use webhooks_store::Store;
+use webhooks_store::{EndpointRecord, Store};
 
 /// A loaded endpoint.
 #[derive(Debug)]
@@ -24,6 +24,35 @@ pub struct Endpoint {
     /// Its pace: at most this many attempts per second, across dispatchers.
     pub rate_limit_per_second: Option<u32>,
     loaded_at: Instant,
+}
+
+impl Endpoint {
+    /// The endpoint of `record` ready to sign: its keys opened with `cipher`.
+    /// Also what a test event (`POST /webhooks/{id}/test`) is sent with.
+    pub fn load(record: EndpointRecord, cipher: &KeyCipher) -> anyhow::Result<Endpoint> {
+        let open = |sealed: &[u8]| cipher.open(sealed, record.id.as_bytes()).context("open private key");
+        let current =
+            KeySigner::load(record.signature_scheme, &open(&record.private_key)?).context("parse private key")?;
+        // The replaced key signs until its overlap ends; the signer checks the
+        // time on every attempt, so a cached entry stops on time.
+        let previous = match &record.previous_key {
+            Some(key) => Some((
+                KeySigner::load(key.scheme, &open(&key.private_key)?).context("parse previous private key")?,
+                key.expires_at,
+            )),
+            None => None,
+        };
+        let signer = EndpointSigner::new(current, previous);
+        let url = Url::parse(&record.url).context("stored url")?;
+        Ok(Endpoint {
+            id: record.id,
+            status: record.status,
+            url,
+            signer,
+            rate_limit_per_second: record.rate_limit_per_second,
+            loaded_at: Instant::now(),
+        })
+    }
 }
 
 /// The cache; cheap to share.
@@ -69,28 +98,7 @@ impl EndpointCache {
         if record.status == EndpointStatus::Deleted {
             return Ok(None);
         }
-        let open = |sealed: &[u8]| self.cipher.open(sealed, record.id.as_bytes()).context("open private key");
-        let current =
-            KeySigner::load(record.signature_scheme, &open(&record.private_key)?).context("parse private key")?;
-        // The replaced key signs until its overlap ends; the signer checks the
-        // time on every attempt, so a cached entry stops on time.
-        let previous = match &record.previous_key {
-            Some(key) => Some((
-                KeySigner::load(key.scheme, &open(&key.private_key)?).context("parse previous private key")?,
-                key.expires_at,
-            )),
-            None => None,
-        };
-        let signer = EndpointSigner::new(current, previous);
-        let url = Url::parse(&record.url).context("stored url")?;
-        let endpoint = Arc::new(Endpoint {
-            id: record.id,
-            status: record.status,
-            url,
-            signer,
-            rate_limit_per_second: record.rate_limit_per_second,
-            loaded_at: Instant::now(),
-        });
+        let endpoint = Arc::new(Endpoint::load(record, &self.cipher)?);
         self.insert_unless_overtaken(epoch, endpoint.clone());
         Ok(Some(endpoint))
     }
@@ -158,6 +166,7 @@ mod tests {
             url: "https://receiver.example/hook".into(),
             event_epoch: EventEpoch::WebhookCreation,
             event_categories: Vec::new(),
+            event_types: Vec::new(),
             public_key_pem: pair.public_key_pem,
             private_key: cipher.seal(&pair.private_pkcs8_der, id.as_bytes()).unwrap(),
         };

@@ -758,6 +758,49 @@ test("standard scheme: an Ed25519 delivery checks as genuine in the browser (API
   assert.match(await checkSignature(headers, `${delivery.body} `, publicKey), /^Not genuine: /);
 });
 
+test("catalog: the Event types page lists every type with its category, example and schema (API.md §8.9)", async () => {
+  await page.goto(`${BASE}/dashboard#/endpoints`);
+  await page.getByRole("link", { name: "Event types" }).click();
+  await shows(page.getByRole("heading", { name: "Event types", level: 1 }), "opening the catalog");
+  const types = (await api("GET", "/event_types")).data.data;
+  assert.equal(await page.locator("#event-types li").count(), types.length);
+  const card = page.locator('#event-types li[data-event-type="transfer.created"]');
+  await card.getByText("Example event_object").click();
+  const example = types.find((t) => t.name === "transfer.created").example;
+  assert.deepEqual(JSON.parse(await card.locator("pre").first().innerText()), example);
+  await card.getByText("JSON Schema of event_object").click();
+  assert.equal(JSON.parse(await card.locator("pre").nth(1).innerText()).type, "object");
+  await shot("27-catalog");
+  await page.getByLabel("Category").selectOption("customer");
+  const shown = await page.locator("#event-types li").evaluateAll((items) => items.map((i) => i.dataset.eventType));
+  assert.ok(shown.length > 0 && shown.every((name) => name.startsWith("customer.")), `${shown}`);
+});
+
+test("test event: Send test POSTs the chosen type's example with test: true, signed, to a disabled endpoint", async () => {
+  await openEndpoint(await mainEndpoint());
+  await setStatus("disabled");
+  const publicKey = await page.locator("#public-key").innerText();
+  await openPanel("Send a test event");
+  await page.getByLabel("Event type").selectOption("customer.created");
+  const before = (await received()).length;
+  await page.getByRole("button", { name: "Send test" }).click();
+  await shows(page.locator("#test-result .badge"), "sending a test event");
+  assert.match(await page.locator("#test-result").innerText(), /delivered\s+HTTP 200/);
+  const eventId = await page.locator("#test-result .mono").innerText();
+  const delivery = await delivered(eventId);
+  assert.equal((await received()).length, before + 1, "one attempt");
+  const body = JSON.parse(delivery.body);
+  assert.equal(body.test, true);
+  assert.equal(body.event_type, "customer.created");
+  const example = (await api("GET", "/event_types/customer.created")).data.example;
+  assert.deepEqual(body.event_object, example);
+  const headers = `x-webhook-signature: ${delivery.headers["x-webhook-signature"]}`;
+  await shot("28-test-event-sent");
+  assert.match(await checkSignature(headers, delivery.body, publicKey), /^Genuine/);
+  await openEndpoint(await mainEndpoint());
+  await setStatus("active");
+});
+
 test("narrow screen (360 px): every page fits and every control is labelled", async () => {
   const context = await browser.newContext({ viewport: { width: 360, height: 740 } });
   const narrow = await context.newPage();

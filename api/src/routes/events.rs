@@ -437,12 +437,12 @@ pub async fn list(
 ) -> ApiResult<axum::Json<EventList>> {
     caller.require(Scope::WebhooksRead)?;
     let limit = limit(query.limit, 100, 500)?;
-    let category = query
-        .category
-        .as_deref()
-        .map(|c| c.parse::<Category>())
-        .transpose()
-        .map_err(|()| ApiError::invalid(Location::Query, "category", "category is not a known event category"))?;
+    let category = match query.category.as_deref() {
+        None => None,
+        Some(name) => Some(state.catalog.category(name).await.ok_or_else(|| {
+            ApiError::invalid(Location::Query, "category", "category is not a category of the event catalog")
+        })?),
+    };
     let cursor = |key: &'static str, value: &Option<String>| -> ApiResult<()> {
         match value {
             Some(v) if !ids::is_well_formed(v, ids::EVENT_PREFIX) => {

@@ -2,7 +2,9 @@
 //! merged here behind authentication and idempotency.
 
 pub mod api_keys;
+pub mod event_types;
 pub mod events;
+pub mod test_events;
 pub mod webhooks;
 
 use axum::{Router, extract::DefaultBodyLimit, middleware, routing::get};
@@ -16,6 +18,8 @@ pub fn router(state: AppState) -> Router {
         .merge(api_keys::router())
         .merge(webhooks::router())
         .merge(events::router())
+        .merge(event_types::router())
+        .merge(test_events::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotency))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
     let v0 = Router::new().merge(authenticated).route("/openapi.json", get(openapi::serve));
@@ -38,9 +42,11 @@ pub fn router(state: AppState) -> Router {
 pub(crate) fn post_scope(route: &str) -> Option<Scope> {
     match route {
         "/v0/api_keys" => Some(Scope::ApiKeysWrite),
-        "/v0/webhooks" | "/v0/webhooks/{id}/send" | "/v0/webhooks/{id}/rotate_key" | "/v0/webhooks/{id}/recover" => {
-            Some(Scope::WebhooksWrite)
-        }
+        "/v0/webhooks"
+        | "/v0/webhooks/{id}/send"
+        | "/v0/webhooks/{id}/test"
+        | "/v0/webhooks/{id}/rotate_key"
+        | "/v0/webhooks/{id}/recover" => Some(Scope::WebhooksWrite),
         _ => None,
     }
 }
@@ -68,7 +74,7 @@ mod tests {
             .filter(|(path, item)| path.starts_with("/v0/") && item.get("post").is_some())
             .map(|(path, _)| path.as_str())
             .collect();
-        assert_eq!(posts.len(), 5, "{posts:?}");
+        assert_eq!(posts.len(), 6, "{posts:?}");
         for path in posts {
             assert!(post_scope(path).is_some(), "POST {path} declares no scope in post_scope");
         }

@@ -58,6 +58,12 @@ pub struct CreateWebhook {
     /// Empty or absent means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
+    /// Names of event types (`GET /v0/event_types`) to narrow to, each of
+    /// one of `event_categories` (when those are given); empty or absent
+    /// means every type of its categories. At most 100; kept sorted and
+    /// de-duplicated.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
     /// `platform` (the default: RSA, `X-Webhook-Signature`) or `standard`
     /// (Standard Webhooks with Ed25519).
     #[serde(default)]
@@ -95,6 +101,10 @@ pub struct UpdateWebhook {
     /// Empty means every category; kept sorted and de-duplicated.
     #[serde(default)]
     pub event_categories: Option<Vec<Category>>,
+    /// Event types to narrow to; empty means every type of its categories.
+    /// Checked as at creation.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
     /// Another scheme gives the endpoint a fresh key pair of that scheme; the
     /// old key keeps signing (in its own scheme's headers) for
     /// `KEY_ROTATION_OVERLAP`. The current scheme is no change.
@@ -230,6 +240,8 @@ pub async fn create(
     if state.store.count_endpoints(caller.developer_id()).await? >= i64::from(limit) {
         return Err(limit_exceeded(limit));
     }
+    let event_categories = body.event_categories.unwrap_or_default();
+    let event_types = check_event_types(&state, body.event_types.unwrap_or_default(), &event_categories).await?;
     let url = check_url(&state, &body.url).await?;
     let id = ids::new_endpoint_id();
     let scheme = body.signature_scheme.unwrap_or_default();
@@ -240,7 +252,8 @@ pub async fn create(
         developer_id: caller.developer_id(),
         url,
         event_epoch: body.event_epoch.unwrap_or_default(),
-        event_categories: body.event_categories.unwrap_or_default(),
+        event_categories,
+        event_types,
         public_key_pem: public_key,
         private_key,
         rate_limit_per_second,
@@ -318,6 +331,13 @@ pub async fn update(
     };
     let rate_limit_per_second = body.rate_limit_per_second.map(check_rate_limit).transpose()?;
     let current = find(&state, &caller, &id).await?;
+    let event_types = match body.event_types {
+        Some(names) => {
+            let categories = body.event_categories.as_deref().unwrap_or(&current.event_categories);
+            Some(check_event_types(&state, names, categories).await?)
+        }
+        None => None,
+    };
     // A valid url is compared normalised: `https://Example.COM:443/p`
     // repeats `https://example.com/p` and is no change, even while active.
     let unchanged =
@@ -339,11 +359,48 @@ pub async fn update(
         url,
         status,
         event_categories: body.event_categories,
+        event_types,
         new_key,
         rate_limit_per_second,
         ordering: body.ordering,
     };
     Ok(axum::Json(apply(&state, &caller, &id, update).await?.to_webhook()))
+}
+
+/// The most event types an endpoint may name.
+const MAX_EVENT_TYPES: usize = 100;
+
+/// Checks the event types an endpoint narrows to: each a type of the
+/// catalog, of one of `categories` (empty: any category).
+async fn check_event_types(state: &AppState, names: Vec<String>, categories: &[Category]) -> ApiResult<Vec<String>> {
+    if names.len() > MAX_EVENT_TYPES {
+        return Err(ApiError::invalid(
+            Location::Body,
+            "event_types",
+            format!("event_types may name at most {MAX_EVENT_TYPES} types"),
+        ));
+    }
+    for name in &names {
+        let Some(entry) = state.catalog.get(name).await else {
+            let shown: String = name.chars().take(128).collect();
+            return Err(ApiError::invalid(
+                Location::Body,
+                "event_types",
+                format!("unknown event type {shown:?}: GET /v0/event_types lists the catalog"),
+            ));
+        };
+        if !webhooks_model::categories_include(categories, entry.event_type.category) {
+            return Err(ApiError::invalid(
+                Location::Body,
+                "event_types",
+                format!(
+                    "event type {name} is of category {}, which event_categories leaves out",
+                    entry.event_type.category
+                ),
+            ));
+        }
+    }
+    Ok(names)
 }
 
 /// Applies `update` to the caller's endpoint `id` and wakes the relay for

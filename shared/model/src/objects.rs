@@ -189,42 +189,42 @@ impl FromStr for EventEpoch {
     }
 }
 
-/// The event categories the service knows (API.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-pub enum Category {
-    #[serde(rename = "customer")]
-    Customer,
-    #[serde(rename = "kyc_link")]
-    KycLink,
-    #[serde(rename = "transfer")]
-    Transfer,
-    #[serde(rename = "external_account")]
-    ExternalAccount,
-    #[serde(rename = "liquidation_address")]
-    LiquidationAddress,
-    #[serde(rename = "liquidation_address.drain")]
-    LiquidationAddressDrain,
-    #[serde(rename = "virtual_account")]
-    VirtualAccount,
-    #[serde(rename = "virtual_account.activity")]
-    VirtualAccountActivity,
-    #[serde(rename = "static_memo.activity")]
-    StaticMemoActivity,
-    #[serde(rename = "platform_wallet.activity")]
-    PlatformWalletActivity,
-    #[serde(rename = "card_account")]
-    CardAccount,
-    #[serde(rename = "card_transaction")]
-    CardTransaction,
-    #[serde(rename = "card_withdrawal")]
-    CardWithdrawal,
-    #[serde(rename = "posted_card_account_transaction")]
-    PostedCardAccountTransaction,
+/// An event category: a name the event catalog defines (API.md §4, §8.9).
+///
+/// Categories are data, not code: a catalog may add one at any time. Each
+/// name is interned once per process (the set is the operator's, so it is
+/// small and bounded), which keeps `Category` a cheap `Copy` value. Parsing
+/// and deserializing accept only names already known to the process (the
+/// contract's and those of the catalog it loaded), so a request can never
+/// grow the set; [`Category::intern`] is for trusted names (the catalog,
+/// stored rows).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Category(&'static str);
+
+// The contract's categories keep their names as constants, in the style of
+// the variants they once were, for code and tests that name one.
+#[allow(non_upper_case_globals)]
+impl Category {
+    pub const Customer: Category = Category("customer");
+    pub const KycLink: Category = Category("kyc_link");
+    pub const Transfer: Category = Category("transfer");
+    pub const ExternalAccount: Category = Category("external_account");
+    pub const LiquidationAddress: Category = Category("liquidation_address");
+    pub const LiquidationAddressDrain: Category = Category("liquidation_address.drain");
+    pub const VirtualAccount: Category = Category("virtual_account");
+    pub const VirtualAccountActivity: Category = Category("virtual_account.activity");
+    pub const StaticMemoActivity: Category = Category("static_memo.activity");
+    pub const PlatformWalletActivity: Category = Category("platform_wallet.activity");
+    pub const CardAccount: Category = Category("card_account");
+    pub const CardTransaction: Category = Category("card_transaction");
+    pub const CardWithdrawal: Category = Category("card_withdrawal");
+    pub const PostedCardAccountTransaction: Category = Category("posted_card_account_transaction");
 }
 
 impl Category {
-    /// Every category, in the contract's order.
-    pub const ALL: [Category; 14] = [
+    /// The categories of the contract (API.md §4), in its order; known to
+    /// every process from the start.
+    pub const CONTRACT: [Category; 14] = [
         Category::Customer,
         Category::KycLink,
         Category::Transfer,
@@ -243,31 +243,94 @@ impl Category {
 
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Customer => "customer",
-            Category::KycLink => "kyc_link",
-            Category::Transfer => "transfer",
-            Category::ExternalAccount => "external_account",
-            Category::LiquidationAddress => "liquidation_address",
-            Category::LiquidationAddressDrain => "liquidation_address.drain",
-            Category::VirtualAccount => "virtual_account",
-            Category::VirtualAccountActivity => "virtual_account.activity",
-            Category::StaticMemoActivity => "static_memo.activity",
-            Category::PlatformWalletActivity => "platform_wallet.activity",
-            Category::CardAccount => "card_account",
-            Category::CardTransaction => "card_transaction",
-            Category::CardWithdrawal => "card_withdrawal",
-            Category::PostedCardAccountTransaction => "posted_card_account_transaction",
+        self.0
+    }
+
+    /// Whether `name` may name a category: 1 to 64 characters of lowercase
+    /// ASCII letters, digits, `_` and `.`, starting with a letter.
+    pub fn valid_name(name: &str) -> bool {
+        (1..=64).contains(&name.len())
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+    }
+
+    /// The category named `name`, made known to this process if it was not:
+    /// for trusted names only (the catalog, stored rows). `None` when the
+    /// name is not of the right form.
+    pub fn intern(name: &str) -> Option<Category> {
+        if !Category::valid_name(name) {
+            return None;
         }
+        if let Some(known) = Category::known(name) {
+            return Some(known);
+        }
+        let mut names = interned().write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&known) = names.get(name) {
+            return Some(Category(known));
+        }
+        // Leaked once per distinct name for the life of the process: the
+        // names are the operator's, a bounded set.
+        let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        names.insert(name);
+        Some(Category(name))
+    }
+
+    /// The category named `name` if this process knows it.
+    pub fn known(name: &str) -> Option<Category> {
+        let names = interned().read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        names.get(name).copied().map(Category)
+    }
+}
+
+fn interned() -> &'static std::sync::RwLock<std::collections::HashSet<&'static str>> {
+    static NAMES: std::sync::OnceLock<std::sync::RwLock<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| std::sync::RwLock::new(Category::CONTRACT.iter().map(|c| c.0).collect()))
+}
+
+impl fmt::Debug for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
 }
 
 impl FromStr for Category {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
-        Category::ALL.into_iter().find(|c| c.as_str() == s).ok_or(())
+        Category::known(s).ok_or(())
     }
 }
+
+impl Serialize for Category {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Category {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Category::known(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown category {name:?}")))
+    }
+}
+
+impl utoipa::PartialSchema for Category {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("A category of the event catalog (`GET /v0/event_types`), such as `transfer`."))
+            .examples([serde_json::json!("transfer")])
+            .into()
+    }
+}
+
+impl ToSchema for Category {}
 
 /// How an endpoint's deliveries are signed (API.md §6, §8.4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -395,6 +458,10 @@ pub struct Webhook {
     pub event_epoch: EventEpoch,
     /// Empty means every category.
     pub event_categories: Vec<Category>,
+    /// Event types of the catalog the endpoint is narrowed to; empty means
+    /// every type of its categories.
+    #[serde(default)]
+    pub event_types: Vec<String>,
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
@@ -453,6 +520,58 @@ pub struct Event {
     #[serde(serialize_with = "crate::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub event_created_at: DateTime<Utc>,
+    /// `true` only on a test event (`POST /webhooks/{id}/test`): the type's
+    /// example, sent once, stored nowhere; absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test: bool,
+}
+
+/// A kind of event in the catalog (API.md §8.9): what producers may send
+/// and what developers may subscribe to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "name": "transfer.updated.status_transitioned",
+    "category": "transfer",
+    "description": "A transfer moved to another state.",
+    "schema": {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "required": ["id"]},
+    "example": {"id": "tr_123", "state": "payment_processed"},
+    "deprecated": false,
+    "created_at": "2026-11-21T10:04:05.123Z",
+    "updated_at": "2026-11-21T10:04:05.123Z"
+}))]
+pub struct EventType {
+    /// The `event_type` of its events.
+    pub name: String,
+    pub category: Category,
+    pub description: String,
+    /// A JSON Schema (2020-12) that every `event_object` of this type satisfies.
+    #[schema(value_type = Object)]
+    pub schema: serde_json::Value,
+    /// An `event_object` of this type; it satisfies `schema`.
+    #[schema(value_type = Object)]
+    pub example: serde_json::Value,
+    /// Still accepted and delivered, but on its way out.
+    pub deprecated: bool,
+    #[serde(serialize_with = "crate::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "crate::time::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Whether `name` may name an event type: 1 to 128 characters of lowercase
+/// ASCII letters, digits, `_`, `-` and `.`, starting with a letter.
+pub fn valid_event_type_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// Whether an endpoint narrowed to `event_types` (empty: every type of its
+/// categories) gets events of type `event_type`.
+pub fn event_types_include(event_types: &[String], event_type: &str) -> bool {
+    event_types.is_empty() || event_types.iter().any(|t| t == event_type)
 }
 
 /// One delivery attempt, as `GET /webhooks/{id}/logs` shows it.
@@ -533,7 +652,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for c in Category::ALL {
+        for c in Category::CONTRACT {
             assert_eq!(c.as_str().parse::<Category>(), Ok(c));
             assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
         }

@@ -18,6 +18,8 @@ pub struct EndpointRecord {
     pub status: EndpointStatus,
     pub event_epoch: EventEpoch,
     pub event_categories: Vec<Category>,
+    /// The event types it is narrowed to; empty means every type.
+    pub event_types: Vec<String>,
     /// The public key as the API shows it (PEM, or `whpk_…` for `standard`).
     pub public_key_pem: String,
     /// Sealed by `webhooks_keys::KeyCipher`; opened only to sign. Empty once
@@ -98,15 +100,19 @@ impl EndpointRecord {
             ordering: self.ordering,
             event_epoch: self.event_epoch,
             event_categories: self.event_categories.clone(),
+            event_types: self.event_types.clone(),
             created_at: self.created_at,
             updated_at: self.updated_at,
         }
     }
 
-    /// Whether an event of `category` created at `created_at` is meant for
-    /// this endpoint by its categories and its epoch (API.md §5 rules 1, 4).
-    pub fn wants(&self, category: Option<Category>, created_at: DateTime<Utc>) -> bool {
-        let in_categories = category.is_some_and(|c| webhooks_model::categories_include(&self.event_categories, c));
+    /// Whether an event of `category` and `event_type` (`None`: stored
+    /// before types were kept) created at `created_at` is meant for this
+    /// endpoint by its categories, its types and its epoch (API.md §5 rules
+    /// 1, 4, §8.9).
+    pub fn wants(&self, category: Option<Category>, event_type: Option<&str>, created_at: DateTime<Utc>) -> bool {
+        let in_categories = category.is_some_and(|c| webhooks_model::categories_include(&self.event_categories, c))
+            && event_type.is_none_or(|t| webhooks_model::event_types_include(&self.event_types, t));
         let in_epoch = self.event_epoch == EventEpoch::BeginningOfTime || created_at >= self.created_at;
         in_categories && in_epoch
     }
@@ -120,6 +126,7 @@ pub struct NewEndpoint {
     pub url: String,
     pub event_epoch: EventEpoch,
     pub event_categories: Vec<Category>,
+    pub event_types: Vec<String>,
     pub public_key_pem: String,
     pub private_key: Vec<u8>,
     pub signature_scheme: SignatureScheme,
@@ -133,6 +140,7 @@ pub struct EndpointUpdate {
     pub url: Option<String>,
     pub status: Option<EndpointStatus>,
     pub event_categories: Option<Vec<Category>>,
+    pub event_types: Option<Vec<String>>,
     /// A new key pair: a rotation (same scheme) or a scheme change.
     pub new_key: Option<ReplacementKey>,
     /// `Some(None)` removes the limit.
@@ -178,7 +186,10 @@ pub(crate) fn parse_names<S: AsRef<str>>(
     Ok((
         status.parse().map_err(|()| corrupt("status"))?,
         event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
-        categories.iter().map(|c| c.as_ref().parse().map_err(|()| corrupt("category"))).collect::<Result<_, _>>()?,
+        categories
+            .iter()
+            .map(|c| Category::intern(c.as_ref()).ok_or_else(|| corrupt("category")))
+            .collect::<Result<_, _>>()?,
     ))
 }
 
@@ -192,6 +203,13 @@ pub(crate) fn normalised(mut categories: Vec<Category>) -> Vec<Category> {
     categories.sort();
     categories.dedup();
     categories
+}
+
+/// Event type names sorted and without repeats, so equal sets compare equal.
+pub(crate) fn normalised_types(mut event_types: Vec<String>) -> Vec<String> {
+    event_types.sort();
+    event_types.dedup();
+    event_types
 }
 
 /// Why an update is refused: the url may change only while the endpoint is
@@ -230,6 +248,17 @@ pub(crate) fn apply_update(
             serde_json::json!({ "from": record.event_categories, "to": categories }),
         ));
         record.event_categories = categories;
+    }
+    // Narrowing by type is a change of what the endpoint subscribes to, like
+    // its categories; the details say which list changed.
+    if let Some(event_types) = update.event_types.map(normalised_types)
+        && event_types != record.event_types
+    {
+        changes.push((
+            ChangeKind::CategoriesChanged,
+            serde_json::json!({ "event_types": { "from": record.event_types, "to": event_types } }),
+        ));
+        record.event_types = event_types;
     }
     if let Some(status) = update.status.filter(|status| *status != record.status) {
         let kind = match status {

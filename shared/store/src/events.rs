@@ -14,6 +14,8 @@ pub struct NewEvent {
     pub id: String,
     pub developer_id: Uuid,
     pub category: Category,
+    /// Its `event_type`, for endpoints narrowed to some types.
+    pub event_type: String,
     pub created_at: DateTime<Utc>,
     /// The producer's `Idempotency-Key`, if it sent one.
     pub idempotency_key: Option<String>,
@@ -156,6 +158,7 @@ mod tests {
             id: webhooks_model::ids::new_event_id(),
             developer_id,
             category: Category::Transfer,
+            event_type: "transfer.updated".into(),
             created_at: webhooks_model::time::now(),
             idempotency_key: key.map(str::to_owned),
             request_hash: key.map(|_| vec![1]),

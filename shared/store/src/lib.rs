@@ -17,6 +17,7 @@ mod api_keys;
 pub mod batch;
 mod deliveries;
 mod endpoints;
+mod event_types;
 mod events;
 pub mod health;
 mod idempotency;
@@ -37,6 +38,7 @@ pub use deliveries::{
 pub use endpoints::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, ReplacementKey, StoredKey, UpdateOutcome,
 };
+pub use event_types::{CatalogVersion, NewEventType};
 pub use events::{
     DeliveredEvent, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery, RecoveryWindow,
     SendOutcome, StoredEvent, UpcomingDelivery,
@@ -129,6 +131,23 @@ impl Store {
     /// Whether the database answers.
     pub async fn ping(&self) -> StoreResult<()> {
         each_backend!(self, s => s.ping().await)
+    }
+
+    // The event catalog.
+
+    /// Every event type, by name.
+    pub async fn list_event_types(&self) -> StoreResult<Vec<webhooks_model::EventType>> {
+        each_backend!(self, s => s.list_event_types().await)
+    }
+
+    /// How many types there are and when the catalog last changed.
+    pub async fn catalog_version(&self) -> StoreResult<CatalogVersion> {
+        each_backend!(self, s => s.catalog_version().await)
+    }
+
+    /// Stores a type, new or replacing one; `true` when it is new.
+    pub async fn put_event_type(&self, new: &NewEventType) -> StoreResult<(webhooks_model::EventType, bool)> {
+        each_backend!(self, s => s.put_event_type(new).await)
     }
 
     // API keys.

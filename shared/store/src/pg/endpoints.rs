@@ -11,8 +11,8 @@ use crate::health::FAILING_DAYS;
 use crate::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
     endpoints::{
-        apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
-        parse_optional, previous_key, reason_name, unorders,
+        apply_update, category_names, created_details, narrows, normalised, normalised_types, parse_controls,
+        parse_names, parse_optional, previous_key, reason_name, unorders,
     },
 };
 use webhooks_model::{ChangeKind, Health};
@@ -25,6 +25,7 @@ struct Row {
     status: String,
     event_epoch: String,
     event_categories: Vec<String>,
+    event_types: Vec<String>,
     public_key_pem: String,
     private_key: Vec<u8>,
     signature_scheme: String,
@@ -72,6 +73,7 @@ impl TryFrom<Row> for EndpointRecord {
             status,
             event_epoch,
             event_categories,
+            event_types: row.event_types,
             id: row.id,
             developer_id: row.developer_id,
             url: row.url,
@@ -83,7 +85,8 @@ impl TryFrom<Row> for EndpointRecord {
     }
 }
 
-const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+const COLUMNS: &str =
+    "id, developer_id, url, status, event_epoch, event_categories, event_types, public_key_pem, private_key,
      signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
      disabled_reason, rate_limit_per_second, ordering,
      (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
@@ -153,8 +156,9 @@ impl PgStore {
         let now = webhooks_model::time::now();
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
-                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8)
+                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at,
+                                    event_types)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8, $12)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -168,6 +172,7 @@ impl PgStore {
         .bind(new.signature_scheme.as_str())
         .bind(new.rate_limit_per_second.and_then(|limit| i32::try_from(limit).ok()))
         .bind(new.ordering.as_str())
+        .bind(normalised_types(new.event_types))
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -237,7 +242,7 @@ impl PgStore {
             "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
                     public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
                     previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13,
-                    rate_limit_per_second = $14, ordering = $15
+                    rate_limit_per_second = $14, ordering = $15, event_types = $16
              WHERE id = $1",
         )
         .bind(&record.id)
@@ -255,6 +260,7 @@ impl PgStore {
         .bind(previous.map(|k| k.expires_at))
         .bind(record.rate_limit_per_second.and_then(|limit| i32::try_from(limit).ok()))
         .bind(record.ordering.as_str())
+        .bind(&record.event_types)
         .execute(&mut *tx)
         .await?;
         let releases = unorders(&changes) || narrows(&changes);

@@ -11,7 +11,7 @@ use crate::{
     DeliveredEvent, EndpointRecord, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery,
     RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, events::RecoveryBatch,
 };
-use webhooks_model::EventEpoch;
+use webhooks_model::{Category, EventEpoch};
 
 /// The unique index that makes a producer's `Idempotency-Key` name one event
 /// per developer; a violation means a concurrent twin won.
@@ -82,8 +82,9 @@ impl PgStore {
         let stored: Result<Vec<Stored>, sqlx::Error> = sqlx::query_as(
             "WITH input AS (
                  SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
-                                      $7::text[], $8::text[], $9::bytea[])
-                        WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, lane, key, hash, ord)
+                                      $7::text[], $8::text[], $9::bytea[], $10::text[])
+                        WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, lane, key, hash,
+                                             event_type, ord)
              ), counts AS (
                  SELECT developer_id, count(*) AS k FROM input GROUP BY developer_id
              ), seq AS (
@@ -95,8 +96,10 @@ impl PgStore {
                  SELECT i.*, s.next - c.k - 1 + row_number() OVER (PARTITION BY i.developer_id ORDER BY i.ord) AS n
                    FROM input i JOIN counts c ON c.developer_id = i.developer_id JOIN seq s ON s.id = i.developer_id
              ), ev AS (
-                 INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
-                 SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash FROM numbered ORDER BY ord
+                 INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash,
+                                     event_type)
+                 SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash, event_type
+                   FROM numbered ORDER BY ord
                  RETURNING id, sequence, body
              ), d AS (
                  INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence,
@@ -106,6 +109,7 @@ impl PgStore {
                    FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
                   WHERE e.status <> 'deleted'
                     AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
+                    AND (cardinality(e.event_types) = 0 OR nb.event_type = ANY (e.event_types))
                   ORDER BY nb.ord, e.id
                  RETURNING id, event_id, endpoint_id, state
              ), per_event AS (
@@ -128,6 +132,7 @@ impl PgStore {
         .bind(events.iter().map(|e| e.lane.as_str()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
         .fetch_all(&self.pool)
         .await;
         let mut stored: std::collections::HashMap<String, Stored> = match stored {
@@ -177,6 +182,7 @@ impl PgStore {
              (SELECT e.id, e.body, e.created_at FROM events e
                WHERE $3 AND e.developer_id = $2 AND e.created_at < $5
                  AND (cardinality($4::text[]) = 0 OR e.category = ANY ($4))
+                 AND (cardinality($7::text[]) = 0 OR e.event_type IS NULL OR e.event_type = ANY ($7))
                  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $1 AND d.event_id = e.id)
                ORDER BY e.created_at, e.id LIMIT $6)
              ORDER BY created_at, id LIMIT $6",
@@ -187,6 +193,7 @@ impl PgStore {
         .bind(&names)
         .bind(endpoint.created_at)
         .bind(limit)
+        .bind(&endpoint.event_types)
         .fetch_all(&self.pool)
         .await?)
     }
@@ -271,20 +278,20 @@ impl PgStore {
 
     pub(crate) async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
         let mut tx = self.pool.begin().await?;
-        let event: Option<(String, DateTime<Utc>)> =
-            sqlx::query_as("SELECT category, created_at FROM events WHERE id = $1 AND developer_id = $2")
+        let event: Option<(String, DateTime<Utc>, Option<String>)> =
+            sqlx::query_as("SELECT category, created_at, event_type FROM events WHERE id = $1 AND developer_id = $2")
                 .bind(event_id)
                 .bind(endpoint.developer_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        let Some((category, created_at)) = event else { return Ok(SendOutcome::NoSuchEvent) };
+        let Some((category, created_at, event_type)) = event else { return Ok(SendOutcome::NoSuchEvent) };
         let has_delivery: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND event_id = $2)")
                 .bind(&endpoint.id)
                 .bind(event_id)
                 .fetch_one(&mut *tx)
                 .await?;
-        if !(has_delivery || endpoint.wants(category.parse().ok(), created_at)) {
+        if !(has_delivery || endpoint.wants(Category::intern(&category), event_type.as_deref(), created_at)) {
             return Ok(SendOutcome::NotForEndpoint);
         }
         let (delivery_id, generation): (i64, i32) = sqlx::query_as(

@@ -6,6 +6,7 @@
 mod api_keys;
 mod deliveries;
 mod endpoints;
+mod event_types;
 mod events;
 mod idempotency;
 mod outbox;

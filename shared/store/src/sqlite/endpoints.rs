@@ -10,8 +10,8 @@ use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
 use crate::{
     EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
     endpoints::{
-        apply_update, category_names, created_details, narrows, normalised, parse_controls, parse_names,
-        parse_optional, previous_key, reason_name,
+        apply_update, category_names, created_details, narrows, normalised, normalised_types, parse_controls,
+        parse_names, parse_optional, previous_key, reason_name,
     },
     health::FAILING_DAYS,
 };
@@ -25,6 +25,7 @@ struct Row {
     status: String,
     event_epoch: String,
     event_categories: String,
+    event_types: String,
     public_key_pem: String,
     private_key: Vec<u8>,
     signature_scheme: String,
@@ -73,6 +74,8 @@ impl TryFrom<Row> for EndpointRecord {
             status,
             event_epoch,
             event_categories,
+            event_types: parse_list(&row.event_types)
+                .ok_or_else(|| StoreError::Corrupt(format!("endpoint {}: bad event types", row.id)))?,
             created_at: time(row.created_at)?,
             updated_at: time(row.updated_at)?,
             id: row.id,
@@ -84,7 +87,8 @@ impl TryFrom<Row> for EndpointRecord {
     }
 }
 
-const COLUMNS: &str = "id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
+const COLUMNS: &str =
+    "id, developer_id, url, status, event_epoch, event_categories, event_types, public_key_pem, private_key,
      signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
      disabled_reason, rate_limit_per_second, ordering,
      (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
@@ -153,8 +157,9 @@ impl SqliteStore {
         ensure_developer(&mut tx, new.developer_id, now).await?;
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
-                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at)
-             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8)
+                                    signature_scheme, rate_limit_per_second, ordering, created_at, updated_at,
+                                    event_types)
+             VALUES ($1, $2, $3, 'disabled', $4, $5, $6, $7, $9, $10, $11, $8, $8, $12)
              RETURNING {COLUMNS}"
         ))
         .bind(&new.id)
@@ -168,6 +173,7 @@ impl SqliteStore {
         .bind(new.signature_scheme.as_str())
         .bind(new.rate_limit_per_second.map(i64::from))
         .bind(new.ordering.as_str())
+        .bind(json_list(normalised_types(new.event_types).iter().map(String::as_str).collect()))
         .fetch_one(&mut *tx)
         .await?;
         let record = EndpointRecord::try_from(row)?;
@@ -238,7 +244,7 @@ impl SqliteStore {
             "UPDATE endpoints SET url = $2, status = $3, event_categories = $4, updated_at = $5, disabled_reason = $6,
                     public_key_pem = $7, private_key = $8, signature_scheme = $9, previous_scheme = $10,
                     previous_public_key = $11, previous_private_key = $12, previous_key_expires_at = $13,
-                    rate_limit_per_second = $14, ordering = $15
+                    rate_limit_per_second = $14, ordering = $15, event_types = $16
              WHERE id = $1",
         )
         .bind(&record.id)
@@ -256,6 +262,7 @@ impl SqliteStore {
         .bind(previous.map(|k| micros(k.expires_at)))
         .bind(record.rate_limit_per_second.map(i64::from))
         .bind(record.ordering.as_str())
+        .bind(json_list(record.event_types.iter().map(String::as_str).collect()))
         .execute(&mut *tx)
         .await?;
         if narrows(&changes) {

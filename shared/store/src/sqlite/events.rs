@@ -11,7 +11,7 @@ use crate::{
     RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
     events::RecoveryBatch,
 };
-use webhooks_model::EventEpoch;
+use webhooks_model::{Category, EventEpoch};
 
 /// id, body, created_at
 type EventRow = (String, String, i64);
@@ -105,6 +105,8 @@ impl SqliteStore {
                      SELECT e.id, e.body, e.created_at FROM events e
                       WHERE $3 AND e.developer_id = $2 AND e.created_at < $5
                         AND (json_array_length($4) = 0 OR e.category IN (SELECT value FROM json_each($4)))
+                        AND (json_array_length($7) = 0 OR e.event_type IS NULL
+                             OR e.event_type IN (SELECT value FROM json_each($7)))
                         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $1 AND d.event_id = e.id)
                       ORDER BY e.created_at, e.id LIMIT $6))
              ORDER BY created_at, id LIMIT $6",
@@ -115,6 +117,7 @@ impl SqliteStore {
         .bind(json_list(category_names(&endpoint.event_categories)))
         .bind(micros(endpoint.created_at))
         .bind(limit)
+        .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .fetch_all(&self.reader)
         .await?;
         rows.into_iter().map(stored).collect()
@@ -195,13 +198,13 @@ impl SqliteStore {
 
     pub(crate) async fn send_event(&self, endpoint: &EndpointRecord, event_id: &str) -> StoreResult<SendOutcome> {
         let mut tx = self.begin().await?;
-        let event: Option<(String, i64)> =
-            sqlx::query_as("SELECT category, created_at FROM events WHERE id = $1 AND developer_id = $2")
+        let event: Option<(String, i64, Option<String>)> =
+            sqlx::query_as("SELECT category, created_at, event_type FROM events WHERE id = $1 AND developer_id = $2")
                 .bind(event_id)
                 .bind(endpoint.developer_id.hyphenated())
                 .fetch_optional(&mut *tx)
                 .await?;
-        let Some((category, created_at)) = event else { return Ok(SendOutcome::NoSuchEvent) };
+        let Some((category, created_at, event_type)) = event else { return Ok(SendOutcome::NoSuchEvent) };
         let has_delivery: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM deliveries WHERE endpoint_id = $1 AND event_id = $2)")
                 .bind(&endpoint.id)
@@ -209,7 +212,7 @@ impl SqliteStore {
                 .fetch_one(&mut *tx)
                 .await?;
         let created: DateTime<Utc> = time(created_at)?;
-        if !(has_delivery || endpoint.wants(category.parse().ok(), created)) {
+        if !(has_delivery || endpoint.wants(Category::intern(&category), event_type.as_deref(), created)) {
             return Ok(SendOutcome::NotForEndpoint);
         }
         // A claimed delivery is released: the message in flight belongs to the
@@ -363,8 +366,9 @@ async fn ingest_one(
     .await?;
     let body = format!("{}{sequence}{}", event.body_head, event.body_tail);
     sqlx::query(
-        "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash,
+                             event_type)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(&event.id)
     .bind(developer_id)
@@ -374,6 +378,7 @@ async fn ingest_one(
     .bind(created_at)
     .bind(event.idempotency_key.as_deref())
     .bind(event.request_hash.as_deref())
+    .bind(&event.event_type)
     .execute(&mut **tx)
     .await?;
     let deliveries: Vec<(i64, String, String)> = sqlx::query_as(
@@ -385,6 +390,8 @@ async fn ingest_one(
           WHERE developer_id = $2 AND status <> 'deleted'
             AND (json_array_length(event_categories) = 0
                  OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
+            AND (json_array_length(event_types) = 0
+                 OR EXISTS (SELECT 1 FROM json_each(event_types) WHERE value = $8))
          RETURNING id, endpoint_id, state",
     )
     .bind(&event.id)
@@ -394,6 +401,7 @@ async fn ingest_one(
     .bind(now)
     .bind(sequence)
     .bind(event.lane.as_str())
+    .bind(&event.event_type)
     .fetch_all(&mut **tx)
     .await?;
     let held = deliveries.iter().filter(|(_, _, state)| state == "held").count();

@@ -100,6 +100,7 @@ mod tests {
             url: "https://receiver.example/hook".into(),
             event_epoch: EventEpoch::WebhookCreation,
             event_categories: Vec::new(),
+            event_types: Vec::new(),
             public_key_pem: "public".into(),
             private_key: vec![0, 1, 2],
         };
@@ -118,6 +119,7 @@ mod tests {
             id: id.clone(),
             developer_id,
             category: Category::Customer,
+            event_type: "customer.updated".into(),
             created_at,
             idempotency_key: None,
             request_hash: None,

@@ -108,6 +108,7 @@ mod tests {
                 url: "https://receiver.example/hook".into(),
                 event_epoch: EventEpoch::WebhookCreation,
                 event_categories: Vec::new(),
+                event_types: Vec::new(),
                 public_key_pem: "public".into(),
                 private_key,
                 signature_scheme: SignatureScheme::Platform,

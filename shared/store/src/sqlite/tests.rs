@@ -41,6 +41,7 @@ fn event_at(developer_id: Uuid, category: Category, created_at: DateTime<Utc>) -
         id: format!("wh_{}", Uuid::new_v4().simple()),
         developer_id,
         category,
+        event_type: format!("{category}.updated"),
         created_at,
         idempotency_key: None,
         request_hash: None,
@@ -64,6 +65,7 @@ fn new_endpoint(developer_id: Uuid, event_epoch: EventEpoch, event_categories: V
         url: "https://receiver.example/hook".into(),
         event_epoch,
         event_categories,
+        event_types: Vec::new(),
         public_key_pem: "public".into(),
         private_key: vec![0, 1, 2],
     }
