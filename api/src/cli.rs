@@ -264,6 +264,12 @@ fn broker_settings(arg: clap::Arg) -> clap::Arg {
     showing(arg, &["amqp_url", "queue_prefix", "log_format"])
 }
 
+/// The broker addresses of `AMQP_URL`, checked (a bad entry is named,
+/// redacted).
+fn brokers(common: &CommonConfig) -> anyhow::Result<webhooks_queue::amqp::Brokers> {
+    Ok(webhooks_queue::amqp::Brokers::new(common.broker_addresses().map_err(anyhow::Error::msg)?))
+}
+
 fn print(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
@@ -379,14 +385,14 @@ pub async fn main() -> anyhow::Result<()> {
             webhooks_config::telemetry::init(args.common.log_format);
             no_dead_letters_in_standalone(&args.common)?;
             let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
-            let listed = dead_letters::list(&args.common.amqp_url, &topology, args.limit).await?;
+            let listed = dead_letters::list(&brokers(&args.common)?, &topology, args.limit).await?;
             print(&render_list(&listed, args.json))
         }
         Command::DeadLetters { command: DeadLettersCommand::Replay(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
             no_dead_letters_in_standalone(&args.common)?;
             let topology = Topology::new(&args.common.queue_prefix, &args.common.retry_schedule);
-            let done = dead_letters::replay(&args.common.amqp_url, &topology, args.limit, |done| {
+            let done = dead_letters::replay(&brokers(&args.common)?, &topology, args.limit, |done| {
                 if !args.json && done.replayed > 0 && done.replayed % 100 == 0 {
                     eprintln!("replayed {}…", done.replayed);
                 }

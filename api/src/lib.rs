@@ -146,7 +146,7 @@ async fn serve(
     let fatal: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
     let broker = webhooks_queue::amqp::BrokerSettings {
         topology: topology.clone(),
-        amqp_url: common.amqp_url.clone(),
+        brokers: webhooks_queue::amqp::Brokers::new(common.broker_addresses().map_err(anyhow::Error::msg)?),
         faults: config.faults.clone(),
     };
     let sweep = webhooks_queue::amqp::sweeper::SweepSettings {

@@ -131,7 +131,7 @@ async fn context(
     )?;
     let settings = webhooks_queue::Settings {
         topology: Topology::new(&common.queue_prefix, &common.retry_schedule),
-        amqp_url: common.amqp_url.clone(),
+        brokers: webhooks_queue::amqp::Brokers::new(common.broker_addresses().map_err(anyhow::Error::msg)?),
         prefetch: delivery.dispatcher_prefetch,
         concurrency: delivery.dispatcher_concurrency,
         shutdown_timeout: delivery.shutdown_timeout,

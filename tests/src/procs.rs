@@ -140,6 +140,9 @@ pub struct StackOptions {
     /// Further settings of every process (`KEY_ENCRYPTION_KEY`, …), set
     /// after the stack's own.
     pub env: Vec<(String, String)>,
+    /// `AMQP_URL` of the distributed system (one address or a cluster's
+    /// list); `None`: the tests' broker ([`broker::amqp_url`]).
+    pub amqp_url: Option<String>,
 }
 
 impl StackOptions {
@@ -154,6 +157,7 @@ impl StackOptions {
             database_max_connections: 4,
             log_dir: std::env::temp_dir().join(format!("{tool}-{}", random_suffix())),
             env: Vec::new(),
+            amqp_url: None,
         }
     }
 }
@@ -253,6 +257,7 @@ pub struct Stack {
     options: StackOptions,
     env: Vec<(String, String)>,
     prefix: String,
+    amqp_url: String,
     database: Option<TestDatabase>,
     queues: Option<QueueCleanup>,
     data_dir: Option<PathBuf>,
@@ -280,16 +285,16 @@ impl Stack {
             ("RUST_LOG".into(), options.rust_log.clone()),
         ];
         let (mut database, mut queues, mut data_dir) = (None, None, None);
+        let amqp_url = options.amqp_url.clone().unwrap_or_else(broker::amqp_url);
         match options.backend {
             Backend::Distributed => {
                 let created = TestDatabase::create().await?;
-                let amqp_url = broker::amqp_url();
                 let schedule: RetrySchedule = options.retry_schedule.parse().map_err(anyhow::Error::msg)?;
                 queues = Some(QueueCleanup::new(&amqp_url, &prefix, &schedule));
                 env.extend([
                     ("DATABASE_URL".into(), created.url().to_owned()),
                     ("DATABASE_MAX_CONNECTIONS".into(), options.database_max_connections.to_string()),
-                    ("AMQP_URL".into(), amqp_url),
+                    ("AMQP_URL".into(), amqp_url.clone()),
                     ("QUEUE_PREFIX".into(), prefix.clone()),
                     // The sweeper is the net for a message the broker lost
                     // (README, "Nothing stranded"): at its shortest, so that
@@ -323,6 +328,7 @@ impl Stack {
             options,
             env,
             prefix,
+            amqp_url,
             database,
             queues,
             data_dir,
@@ -599,7 +605,7 @@ impl Stack {
         }
         let schedule: RetrySchedule = self.options.retry_schedule.parse().map_err(anyhow::Error::msg)?;
         let dead = Topology::new(&self.prefix, &schedule).dead();
-        let connection = webhooks_queue::amqp::connect(&broker::amqp_url(), "webhooks test tool").await?;
+        let connection = webhooks_queue::amqp::connect(&self.amqp_url, "webhooks test tool").await?;
         let channel = connection.create_channel().await?;
         let declared = channel
             .queue_declare(

@@ -4,8 +4,11 @@
 //! up the same way: its logs ([`telemetry`]) and its shutdown signal
 //! ([`shutdown`]).
 
+mod broker;
 pub mod shutdown;
 pub mod telemetry;
+
+pub use broker::{BrokerAddress, BrokerAddresses};
 
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
@@ -99,8 +102,12 @@ pub struct CommonConfig {
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 10)]
     pub database_max_connections: u32,
 
-    /// RabbitMQ connection string.
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    /// RabbitMQ: one `amqp://` or `amqps://` URL, or several of one cluster,
+    /// comma-separated ([`BrokerAddresses`]; read it with
+    /// [`CommonConfig::broker_addresses`]). Kept as written so that a bad
+    /// entry is reported by [`CommonConfig::validate`], redacted, rather than
+    /// echoed whole by the argument parser.
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", hide_env_values = true)]
     pub amqp_url: String,
 
     /// Prefix of every exchange and queue name, so deployments can share a broker.
@@ -150,7 +157,7 @@ impl fmt::Debug for CommonConfig {
             .field("database_url", &self.database_url.as_deref().map(redacted_url))
             .field("data_dir", &self.data_dir)
             .field("database_max_connections", &self.database_max_connections)
-            .field("amqp_url", &redacted_url(&self.amqp_url))
+            .field("amqp_url", &self.broker_addresses().map_or_else(|_| "<invalid>".to_owned(), |a| a.to_string()))
             .field("queue_prefix", &self.queue_prefix)
             .field("platform_environment", &self.platform_environment)
             .field("tls_extra_roots", &self.tls_extra_roots)
@@ -203,6 +210,12 @@ impl CommonConfig {
         self.database_url.as_deref().unwrap_or(DEFAULT_DATABASE_URL)
     }
 
+    /// The broker addresses of `AMQP_URL`; the error names the bad entry,
+    /// redacted.
+    pub fn broker_addresses(&self) -> Result<BrokerAddresses, String> {
+        self.amqp_url.parse()
+    }
+
     /// The standalone data directory in force.
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
@@ -240,6 +253,7 @@ impl CommonConfig {
                 "QUEUE_PREFIX must be 1-200 characters of letters, digits, '.', '_' or '-', got {prefix:?}"
             ));
         }
+        self.broker_addresses()?;
         if self.database_max_connections == 0 {
             return Err("DATABASE_MAX_CONNECTIONS must be at least 1".into());
         }
@@ -281,6 +295,20 @@ mod tests {
         }
         assert_eq!(redacted_url("amqp://guest@127.0.0.1:5672/%2f"), "amqp://guest@127.0.0.1:5672/%2f");
         assert_eq!(redacted_url("host=db password=pg-hunter2"), "<unparseable url>");
+    }
+
+    #[test]
+    fn a_broker_list_is_checked_at_start_and_stays_redacted() {
+        let list = "amqp://relay:mq-hunter2@mq1:5672/%2f,amqp://relay:mq-hunter2@mq2:5672/%2f";
+        let config = common(&["--amqp-url", list]);
+        config.validate().unwrap();
+        assert_eq!(config.broker_addresses().unwrap().len(), 2);
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("mq-hunter2") && debug.contains("relay:***@mq2:5672"), "{debug}");
+        let bad = common(&["--amqp-url", "amqp://relay:mq-hunter2@mq1:5672/%2f,mq2:5672"]);
+        let message = bad.validate().unwrap_err();
+        assert!(message.contains("AMQP_URL entry 2 of 2") && !message.contains("mq-hunter2"), "{message}");
+        assert!(!format!("{bad:?}").contains("mq-hunter2"));
     }
 
     #[test]

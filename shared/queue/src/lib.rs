@@ -55,8 +55,9 @@ impl Faults {
 pub struct Settings {
     /// The names of every exchange and queue (RabbitMQ).
     pub topology: Topology,
-    /// Where RabbitMQ listens (the distributed mode).
-    pub amqp_url: String,
+    /// Where RabbitMQ listens (the distributed mode): the addresses of
+    /// `AMQP_URL`.
+    pub brokers: amqp::Brokers,
     /// Unacknowledged messages held at once, per lane (RabbitMQ).
     pub prefetch: u16,
     /// Messages handled at once.

@@ -208,7 +208,7 @@ pub(super) async fn session<H: Handler>(
 ) -> anyhow::Result<()> {
     let settings = &broker.inner.settings;
     let topology = &settings.topology;
-    let connection = super::connect(&settings.amqp_url, "webhooks-dispatcher").await.context("connect")?;
+    let connection = settings.brokers.connect("webhooks-dispatcher").await.context("connect")?;
     let channel = connection.create_channel().await.context("open channel")?;
     super::declare(topology, &channel).await.context("declare topology")?;
     let publisher = connection.create_channel().await.context("open publish channel")?;

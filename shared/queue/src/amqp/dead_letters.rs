@@ -114,8 +114,9 @@ fn first_death(headers: &FieldTable) -> Option<FieldTable> {
     }
 }
 
-async fn open(amqp_url: &str, topology: &Topology) -> anyhow::Result<(lapin::Connection, Channel)> {
-    let connection = super::connect(amqp_url, "webhooks-api dead-letters")
+async fn open(brokers: &super::Brokers, topology: &Topology) -> anyhow::Result<(lapin::Connection, Channel)> {
+    let connection = brokers
+        .connect("webhooks-api dead-letters")
         .await
         .context("connect to RabbitMQ (AMQP_URL); dead letters exist in the distributed mode only")?;
     let channel = connection.create_channel().await?;
@@ -124,8 +125,8 @@ async fn open(amqp_url: &str, topology: &Topology) -> anyhow::Result<(lapin::Con
 }
 
 /// Up to `limit` messages of `{p}.dead`, oldest first; they stay there.
-pub async fn list(amqp_url: &str, topology: &Topology, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
-    let (connection, channel) = open(amqp_url, topology).await?;
+pub async fn list(brokers: &super::Brokers, topology: &Topology, limit: usize) -> anyhow::Result<Vec<DeadLetter>> {
+    let (connection, channel) = open(brokers, topology).await?;
     let mut listed = Vec::new();
     // Each message is held unacknowledged until the channel closes, so the
     // next get returns the next one; closing hands them all back.
@@ -154,12 +155,12 @@ pub struct Replayed {
 /// duplicates at most one message and loses none. `progress` is called after
 /// each message.
 pub async fn replay(
-    amqp_url: &str,
+    brokers: &super::Brokers,
     topology: &Topology,
     limit: usize,
     mut progress: impl FnMut(&Replayed),
 ) -> anyhow::Result<Replayed> {
-    let (connection, channel) = open(amqp_url, topology).await?;
+    let (connection, channel) = open(brokers, topology).await?;
     let publisher = connection.create_channel().await?;
     publisher.confirm_select(ConfirmSelectOptions::default()).await?;
     let mut done = Replayed::default();

@@ -45,7 +45,7 @@ use crate::{Handler, Settings, metrics::QueueMetrics, recorder::Recorder};
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
     pub topology: Topology,
-    pub amqp_url: String,
+    pub brokers: Brokers,
     pub faults: crate::Faults,
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn produce(
     let wake = Arc::new(Notify::new());
     let (relay, publisher) = relay::Relay::new(
         outbox.clone(),
-        settings.amqp_url.clone(),
+        settings.brokers.clone(),
         settings.topology.clone(),
         wake.clone(),
         metrics.relay.clone(),
@@ -135,7 +135,7 @@ pub(crate) fn produce(
     );
     let sweeper = sweeper::Sweeper {
         outbox,
-        amqp_url: settings.amqp_url,
+        brokers: settings.brokers,
         topology: settings.topology,
         settings: sweep,
         relay_wake: wake,
@@ -202,27 +202,111 @@ fn long_string(value: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value))
 }
 
-/// How long opening a connection may take. A broker that accepts the TCP
-/// connection but never finishes the AMQP handshake (one still booting, or
-/// under a resource alarm) must not hold a process's reconnect loop forever.
+/// How long opening a connection may take when there is one address. A
+/// broker that accepts the TCP connection but never finishes the AMQP
+/// handshake (one still booting, or under a resource alarm) must not hold a
+/// process's reconnect loop forever.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Opens a connection to RabbitMQ within [`CONNECT_TIMEOUT`], named after the
-/// process so operators can tell connections apart in the management UI.
-pub async fn connect(amqp_url: &str, process: &str) -> anyhow::Result<Connection> {
-    let options =
-        ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
-    let connected = match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, options)).await {
-        Ok(connected) => connected.map_err(anyhow::Error::new),
-        Err(_) => Err(anyhow::anyhow!("no AMQP handshake within {CONNECT_TIMEOUT:?}")),
-    };
-    connected.with_context(|| {
-        format!(
+/// How long opening a connection to one address may take when there are
+/// others to try: short, so that a node that hangs (rather than refuses)
+/// leaves time to reach another within the 10 s delivery may stop.
+pub const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The broker addresses of a process (`AMQP_URL`) and which one to try next:
+/// the one place a RabbitMQ connection is opened. Cheap to clone; clones
+/// share the choice. `Debug` shows the addresses redacted.
+#[derive(Clone)]
+pub struct Brokers {
+    addresses: webhooks_config::BrokerAddresses,
+    next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl std::fmt::Debug for Brokers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Brokers").field(&self.addresses).finish()
+    }
+}
+
+impl Brokers {
+    /// The addresses, first tried from a random one, so that the processes
+    /// of a deployment spread over the cluster's nodes.
+    pub fn new(addresses: webhooks_config::BrokerAddresses) -> Brokers {
+        let first = rand::random_range(0..addresses.len());
+        Brokers { addresses, next: Arc::new(first.into()) }
+    }
+
+    /// One address, for tests and tools.
+    pub fn parse(raw: &str) -> anyhow::Result<Brokers> {
+        Ok(Brokers::new(raw.parse().map_err(anyhow::Error::msg)?))
+    }
+
+    /// The addresses, in the order given.
+    pub fn addresses(&self) -> &webhooks_config::BrokerAddresses {
+        &self.addresses
+    }
+
+    /// Opens a connection to the first address that answers, trying each in
+    /// turn from the next one, each within its timeout; named after the
+    /// process so operators can tell connections apart. The next connection
+    /// (this one lost) starts with the address after the one that answered,
+    /// so a process moves off a node that died. Errors and logs show the
+    /// addresses redacted.
+    pub async fn connect(&self, process: &str) -> anyhow::Result<Connection> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let count = self.addresses.len();
+        let timeout = if count == 1 { CONNECT_TIMEOUT } else { FAILOVER_CONNECT_TIMEOUT };
+        let start = self.next.load(Relaxed);
+        let mut failures = Vec::with_capacity(count);
+        for step in 0..count {
+            let index = (start + step) % count;
+            let address = self.addresses.get(index);
+            match open(address, process, timeout).await {
+                Ok(connection) => {
+                    self.next.store((index + 1) % count, Relaxed);
+                    if count > 1 {
+                        tracing::info!(broker = %address.host_port(), "{process}: connected to RabbitMQ");
+                    }
+                    return Ok(connection);
+                }
+                Err(error) => {
+                    tracing::debug!(broker = %address.host_port(), %error, "{process}: broker address does not answer");
+                    failures.push(format!("{address}: {error}"));
+                }
+            }
+        }
+        Err(anyhow::anyhow!(
             "cannot reach RabbitMQ at {}: start it (or install it), point AMQP_URL at a running broker, \
              or run `webhooks-api standalone`, which needs neither RabbitMQ nor PostgreSQL",
-            webhooks_config::redacted_url(amqp_url)
-        )
-    })
+            failures.join("; ")
+        ))
+    }
+}
+
+/// Opens a connection to the broker at `amqp_url` (one address or a list),
+/// through [`Brokers::connect`]: for tools and tests that connect once.
+pub async fn connect(amqp_url: &str, process: &str) -> anyhow::Result<Connection> {
+    Brokers::parse(amqp_url)?.connect(process).await
+}
+
+/// A connection to `address` within `timeout`. The URI handed to lapin is
+/// built from the checked address, with the host set from it (lapin's own
+/// parsing would take an IP address for `localhost`); no lapin error here
+/// carries the URI.
+async fn open(
+    address: &webhooks_config::BrokerAddress,
+    process: &str,
+    timeout: Duration,
+) -> anyhow::Result<Connection> {
+    let mut uri: lapin::uri::AMQPUri =
+        address.expose().parse().map_err(|_| anyhow::anyhow!("not an AMQP URI lapin can read"))?;
+    uri.authority.host = address.host();
+    let options =
+        ConnectionProperties::default().with_client_property("connection_name".into(), LongString::from(process));
+    match tokio::time::timeout(timeout, Connection::connect_uri(uri, options)).await {
+        Ok(connected) => connected.context("connect"),
+        Err(_) => Err(anyhow::anyhow!("no AMQP handshake within {timeout:?}")),
+    }
 }
 
 /// Runs broker sessions until `shutdown`: each time `session` fails (the broker

@@ -137,7 +137,7 @@ impl Publisher {
 /// What the relay needs.
 pub(crate) struct Relay {
     outbox: Outbox,
-    amqp_url: String,
+    brokers: super::Brokers,
     topology: Topology,
     wake: Arc<Notify>,
     broker_up: watch::Sender<bool>,
@@ -153,10 +153,9 @@ type Confirming = Pin<Box<dyn Future<Output = Vec<Ready>> + Send>>;
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The AMQP URL carries the broker password: shown redacted.
         f.debug_struct("Relay")
             .field("outbox", &self.outbox)
-            .field("amqp_url", &webhooks_config::redacted_url(&self.amqp_url))
+            .field("brokers", &self.brokers)
             .field("topology", &self.topology)
             .field("broker_up", &self.broker_up)
             .finish_non_exhaustive()
@@ -167,7 +166,7 @@ impl Relay {
     /// A relay, and the handle the ingest writer hands it messages with.
     pub(crate) fn new(
         outbox: Outbox,
-        amqp_url: String,
+        brokers: super::Brokers,
         topology: Topology,
         wake: Arc<Notify>,
         metrics: Arc<RelayMetrics>,
@@ -178,7 +177,7 @@ impl Relay {
         let unpublished = Unpublished { outbox: outbox.clone(), wake: wake.clone() };
         let relay = Relay {
             outbox,
-            amqp_url,
+            brokers,
             topology,
             wake,
             broker_up,
@@ -215,7 +214,7 @@ impl Relay {
     }
 
     async fn session(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let connection = super::connect(&self.amqp_url, "webhooks-api outbox relay").await.context("connect")?;
+        let connection = self.brokers.connect("webhooks-api outbox relay").await.context("connect")?;
         let channel = connection.create_channel().await.context("open channel")?;
         channel.confirm_select(ConfirmSelectOptions::default()).await.context("enable confirms")?;
         super::declare(&self.topology, &channel).await.context("declare topology")?;

@@ -62,7 +62,7 @@ pub struct SweepSettings {
 /// What the sweeper needs.
 pub(crate) struct Sweeper {
     pub(crate) outbox: Outbox,
-    pub(crate) amqp_url: String,
+    pub(crate) brokers: super::Brokers,
     pub(crate) topology: Topology,
     pub(crate) settings: SweepSettings,
     /// Wakes the relay once something was queued.
@@ -180,7 +180,7 @@ impl Sweeper {
     /// Messages ready in `queue`.
     async fn ready(&self, probe: &mut Option<Probe>, queue: &str) -> anyhow::Result<u32> {
         if probe.as_ref().is_none_or(|p| !p.channel.status().connected()) {
-            let connection = super::connect(&self.amqp_url, "webhooks-api sweeper").await?;
+            let connection = self.brokers.connect("webhooks-api sweeper").await?;
             let channel = connection.create_channel().await?;
             *probe = Some(Probe { connection, channel });
         }
