@@ -185,6 +185,13 @@ fn tls_reason(error: &rustls::Error) -> &'static str {
             | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => {
                 "certificate uses an unsupported signature algorithm"
             }
+            CertificateError::Other(other)
+                if matches!(other.0.downcast_ref::<webpki::Error>(), Some(webpki::Error::CaUsedAsEndEntity)) =>
+            {
+                "the server presents a CA certificate as its own, as a self-signed certificate made with `openssl \
+                 req -x509` is: make a CA, list its PEM in TLS_EXTRA_ROOTS, and give the server a certificate \
+                 issued by it (for development, `webhooks-api receiver` does all three)"
+            }
             _ => "certificate rejected",
         },
         rustls::Error::NoCertificatesPresented => "no certificate presented",
@@ -420,6 +427,30 @@ mod tests {
         let addr = tls_server(leaf("localhost", None, Validity::Current)).await;
         let message = tls_message(probe(&url(addr.port()), ca.client_config(), true, TIMEOUT).await);
         assert!(message.contains("unknown issuer"), "{message}");
+    }
+
+    /// A self-signed server certificate as `openssl req -x509` makes one (a
+    /// CA certificate), listed in TLS_EXTRA_ROOTS itself, as a developer
+    /// first tries: refused, with why and what to do.
+    #[tokio::test]
+    async fn a_self_signed_ca_certificate_as_the_servers_is_refused_with_the_fix() {
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "webhooks test self-signed");
+        let key = KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("certificate");
+        let server = Leaf {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        };
+        let pem = std::env::temp_dir().join(format!("shared-tls-self-signed-{}.pem", std::process::id()));
+        std::fs::write(&pem, pem::encode(&pem::Pem::new("CERTIFICATE", server.chain[0].to_vec()))).unwrap();
+        let roots = root_store(Some(&pem)).expect("roots");
+        let config = Arc::new(client_config(roots).expect("client config"));
+        let addr = tls_server(server).await;
+        let message = tls_message(probe(&url(addr.port()), config, true, TIMEOUT).await);
+        let _ = std::fs::remove_file(&pem);
+        assert!(message.contains("self-signed") && message.contains("CA"), "{message}");
     }
 
     #[tokio::test]
