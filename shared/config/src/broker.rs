@@ -96,7 +96,7 @@ impl std::str::FromStr for BrokerAddresses {
     type Err = String;
 
     fn from_str(raw: &str) -> Result<Self, Self::Err> {
-        let entries: Vec<&str> = raw.split(',').map(str::trim).collect();
+        let entries = split_entries(raw);
         let count = entries.len();
         let mut addresses = Vec::with_capacity(count);
         for (index, entry) in entries.into_iter().enumerate() {
@@ -114,6 +114,33 @@ impl std::str::FromStr for BrokerAddresses {
     }
 }
 
+/// The entries of a list: split at each comma that a URL follows (a
+/// scheme and `://`), or a blank entry, so a comma inside a password stays
+/// in its URL. Anything else after a comma stays in the entry before it,
+/// whose vhost then holds a comma, which [`parse_address`] refuses.
+fn split_entries(raw: &str) -> Vec<&str> {
+    let starts_entry = |rest: &str| {
+        let rest = rest.trim_start();
+        let scheme = rest.split_once("://").map(|(scheme, _)| scheme);
+        rest.is_empty()
+            || rest.starts_with(',')
+            || scheme.is_some_and(|scheme| {
+                scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            })
+    };
+    let mut entries = Vec::new();
+    let mut start = 0;
+    for (at, _) in raw.match_indices(',') {
+        if at >= start && starts_entry(&raw[at + 1..]) {
+            entries.push(raw[start..at].trim());
+            start = at + 1;
+        }
+    }
+    entries.push(raw[start..].trim());
+    entries
+}
+
 fn parse_address(entry: &str) -> Result<BrokerAddress, String> {
     if entry.is_empty() {
         return Err("blank; give full amqp:// or amqps:// URLs separated by commas".into());
@@ -124,6 +151,9 @@ fn parse_address(entry: &str) -> Result<BrokerAddress, String> {
     }
     if url.cannot_be_a_base() || url.host_str().is_none_or(str::is_empty) {
         return Err("no host".into());
+    }
+    if url.path().contains(',') {
+        return Err("its vhost holds a comma: give each address as a full amqp:// or amqps:// URL".into());
     }
     for (name, value) in url.query_pairs() {
         if INTEGER_PARAMETERS.contains(&name.as_ref()) && value.parse::<u64>().is_err() {
@@ -140,20 +170,14 @@ fn redacted_entry(entry: &str) -> String {
     if url::Url::parse(entry).is_ok() {
         return crate::redacted_url(entry);
     }
-    let (scheme, rest) = entry.split_once("://").unwrap_or(("", entry));
-    let shown = match rest.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => rest.to_owned(),
-    };
-    // Query values may carry secrets too.
-    let shown = match shown.split_once('?') {
-        Some((head, _)) => format!("{head}?***"),
-        None => shown,
-    };
-    if scheme.is_empty() { shown } else { format!("{scheme}://{shown}") }
+    // An entry that does not parse may hold a password anywhere in it, cut
+    // short or not: nothing of it but its scheme is shown.
+    match entry.split_once("://") {
+        Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) => {
+            format!("{scheme}://***")
+        }
+        _ => "***".to_owned(),
+    }
 }
 
 impl fmt::Debug for BrokerAddresses {
@@ -202,14 +226,11 @@ mod tests {
         let good = "amqp://relay:mq-hunter2@mq1.internal:5672/%2f";
         for (bad, expected) in [
             ("http://relay:mq-hunter2@mq2.internal/", "entry 2 of 2 (http://relay:***@mq2.internal/): the scheme"),
-            ("mq2.internal:5672", "entry 2 of 2"),
-            (
-                "amqp://relay:mq-hunter2@mq2.internal:notaport/%2f",
-                "entry 2 of 2 (amqp://relay:***@mq2.internal:notaport/%2f): not a URL",
-            ),
+            ("mq2.internal:5672", "entry 1 of 1 (amqp://relay:***@mq1.internal:5672/%2f,mq2.internal:5672): its vhost"),
+            ("amqp://relay:mq-hunter2@mq2.internal:notaport/%2f", "entry 2 of 2 (amqp://***): not a URL"),
             ("", "entry 2 of 2 (<blank>): blank"),
             ("amqp://relay:mq-hunter2@mq2.internal/%2f?heartbeat=soon", "heartbeat must be a whole number"),
-            ("amqp:relay", "no host"),
+            ("amqp:relay", "its vhost holds a comma"),
             (good, "listed twice"),
         ] {
             let message = format!("{good},{bad}").parse::<BrokerAddresses>().unwrap_err();
@@ -222,9 +243,21 @@ mod tests {
     }
 
     #[test]
-    fn an_unparseable_entry_hides_what_looks_like_a_password() {
-        assert_eq!(redacted_entry("amqp://u:p@ss:w0rd@h:x/"), "amqp://u:***@h:x/");
-        assert_eq!(redacted_entry("amqp://h:notaport/?password=abc"), "amqp://h:notaport/?***");
-        assert_eq!(redacted_entry("h:5672"), "h:5672");
+    fn an_unparseable_entry_shows_nothing_but_its_scheme() {
+        assert_eq!(redacted_entry("amqp://u:p@ss:w0rd@h:x/"), "amqp://***");
+        assert_eq!(redacted_entry("amqp://h:notaport/?password=abc"), "amqp://***");
+        assert_eq!(redacted_entry("h:5672"), "h:5672", "a URL with no password is shown");
+    }
+
+    #[test]
+    fn a_comma_in_a_password_stays_in_its_url() {
+        let addresses: BrokerAddresses =
+            "amqp://relay:pa,ss@mq1.internal/%2f, amqp://relay:pa,ss@mq2.internal/%2f".parse().unwrap();
+        assert_eq!(addresses.len(), 2);
+        assert_eq!(addresses.get(0).expose(), "amqp://relay:pa,ss@mq1.internal/%2f");
+        assert!(!addresses.to_string().contains("pa,ss"), "{addresses}");
+        // Cut short inside its password, an entry shows none of it.
+        let refused = "amqp://relay:pa,ss".parse::<BrokerAddresses>().unwrap_err();
+        assert!(!refused.contains("pa,ss") && refused.contains("(amqp://***)"), "{refused}");
     }
 }
