@@ -545,7 +545,7 @@
     const result = h("p", { class: "result", role: "status", id: "test-result" });
     const form = h("form", {},
       h("p", { class: "hint" }, "Sends the type's example to this endpoint now, marked \"test\": true and signed like every delivery, whether the endpoint is active or not. One attempt, no retry; it is not kept as an event or in the log."),
-      field("Event type", type), h("button", { type: "submit", class: "primary" }, "Send test"), result);
+      field("Test event type", type), h("button", { type: "submit", class: "primary" }, "Send test"), result);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       run(form.querySelector("button[type=submit]"), async () => {
@@ -668,7 +668,8 @@
     let filter = "";
     const status = select([["", "All attempts"], ["failed", "Failed"], ["succeeded", "Succeeded"]], "");
     const eventType = h("input", { type: "text", name: "event-type", autocomplete: "off", spellcheck: "false" });
-    const filters = h("form", { class: "filters" },
+    // A search landmark of its own: its "Event type" is the log's filter, not the test event's type.
+    const filters = h("form", { class: "filters", role: "search", "aria-label": "Filter the delivery log" },
       field("Status", status), field("Event type", eventType, "An exact type, such as transfer.created; empty for all."),
       h("button", { type: "submit" }, "Filter"));
     filters.addEventListener("submit", (event) => {

@@ -35,21 +35,21 @@ async fn logs_carry_the_event_type_and_why_an_attempt_failed_and_filter_by_all_o
     let endpoint = active_endpoint(&api, &key, &format!("{}/hook?token=s3cretvalue", receiver.url())).await;
 
     receiver.reply_always(Reply::status(500).body("down for maintenance"));
-    let failed = ingest_type(&api, key.developer_id(), "transfer.failed", 1).await;
+    let failed = ingest_type(&api, key.developer_id(), "transfer.refunded", 1).await;
     let first = wait_for_logs(&api, &key, &endpoint, 1).await;
     receiver.reply_always(Reply::ok());
-    let succeeded = ingest_type(&api, key.developer_id(), "transfer.completed", 2).await;
+    let succeeded = ingest_type(&api, key.developer_id(), "transfer.created", 2).await;
     let entries = wait_for_logs(&api, &key, &endpoint, 2).await;
     assert_eq!(entries.len(), 2, "{entries:?}");
     let (newest, oldest) = (&entries[0], &entries[1]);
     assert_eq!(oldest["id"], first[0]["id"]);
 
     assert_eq!(oldest["event_id"], failed["event_id"]);
-    assert_eq!(oldest["event_type"], "transfer.failed");
+    assert_eq!(oldest["event_type"], "transfer.refunded");
     assert_eq!(oldest["status"], 500);
     assert_eq!(oldest["error_detail"], "HTTP 500 Internal Server Error", "{oldest}");
     assert_eq!(newest["event_id"], succeeded["event_id"]);
-    assert_eq!(newest["event_type"], "transfer.completed");
+    assert_eq!(newest["event_type"], "transfer.created");
     assert_eq!(newest["status"], 200);
     assert!(newest["error_detail"].is_null(), "{newest}");
 
@@ -58,8 +58,8 @@ async fn logs_carry_the_event_type_and_why_an_attempt_failed_and_filter_by_all_o
     let query = |q: String| async move { logs(api_ref, key_ref, endpoint_ref, &q).await };
     assert_eq!(ids(&query("?status=failed".into()).await), [oldest["id"].clone()]);
     assert_eq!(ids(&query("?status=succeeded".into()).await), [newest["id"].clone()]);
-    assert_eq!(ids(&query("?event_type=transfer.failed".into()).await), [oldest["id"].clone()]);
-    assert!(query("?event_type=transfer.failed&status=succeeded".into()).await.is_empty());
+    assert_eq!(ids(&query("?event_type=transfer.refunded".into()).await), [oldest["id"].clone()]);
+    assert!(query("?event_type=transfer.refunded&status=succeeded".into()).await.is_empty());
     assert!(query("?event_type=customer.created".into()).await.is_empty());
     let by_event = format!("?event_id={}", event_id(&succeeded));
     assert_eq!(ids(&query(by_event.clone()).await), [newest["id"].clone()]);
