@@ -196,8 +196,12 @@ pub fn parse_catalog(text: &str) -> anyhow::Result<Vec<NewEventType>> {
 }
 
 impl Catalog {
-    /// Stores the types of `file` (the default catalog when `None`) that the
-    /// database does not already hold as given, and loads the catalog.
+    /// Stores the types of `file` that the database does not already hold as
+    /// given, and loads the catalog. Without a file, the shipped catalog
+    /// only adds the types the database lacks: a type changed through
+    /// `PUT /internal/event_types/{name}` stays as changed across restarts
+    /// and upgrades. A file of the operator's is the catalog's source, and
+    /// its types win.
     pub async fn open(store: Store, strict: bool, file: Option<&Path>) -> anyhow::Result<Catalog> {
         let text = match file {
             Some(path) => std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?,
@@ -211,7 +215,11 @@ impl Catalog {
             store.list_event_types().await?.into_iter().map(|t| (t.name.clone(), t)).collect();
         let mut written = 0;
         for new in &types {
-            if !stored.get(&new.name).is_some_and(|old| new.same_as(old)) {
+            let keep = match stored.get(&new.name) {
+                Some(old) => file.is_none() || new.same_as(old),
+                None => false,
+            };
+            if !keep {
                 store.put_event_type(new).await?;
                 written += 1;
             }

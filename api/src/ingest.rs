@@ -281,13 +281,15 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     let idempotency_key = idempotency::key_from_headers(&headers)?;
     let body: IngestEvent = parse_json(&bytes)?;
     validate(&body)?;
-    let category = check_catalog(&state, &body).await?;
     let request_hash = idempotency_key.as_ref().map(|_| fingerprint(&Method::POST, "/internal/events", &bytes));
+    // A repeat answers what the first request got, before the catalog is
+    // asked: a type changed since must not refuse an accepted event.
     if let (Some(key), Some(hash)) = (&idempotency_key, &request_hash)
         && let Some(answer) = replay(&state, body.developer_id, key, hash).await?
     {
         return Ok(answer);
     }
+    let category = check_catalog(&state, &body).await?;
 
     let id = ids::new_event_id();
     let created_at = webhooks_model::time::now();

@@ -67,8 +67,9 @@ pub struct CreatePortalSession {
     pub ttl_seconds: Option<i64>,
 }
 
-/// A session just made: `token` appears here only.
-#[derive(Debug, Serialize, ToSchema)]
+/// A session just made: `token` appears here only (and in `url`), never
+/// in its `Debug`.
+#[derive(Serialize, ToSchema)]
 pub struct PortalSessionCreated {
     pub id: Uuid,
     /// The dashboard's path with the token in the fragment
@@ -80,6 +81,12 @@ pub struct PortalSessionCreated {
     #[serde(serialize_with = "webhooks_model::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for PortalSessionCreated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortalSessionCreated").field("id", &self.id).field("expires_at", &self.expires_at).finish()
+    }
 }
 
 /// The scopes a request asks for, checked: known names, no unrestricted.
