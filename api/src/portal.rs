@@ -162,7 +162,7 @@ pub async fn create(State(state): State<AppState>, Json(body): Json<CreatePortal
     ))]
 pub async fn revoke(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id: Uuid = id.parse().map_err(|_| ApiError::NotFound)?;
-    if !state.store.revoke_portal_session(id).await? {
+    if !state.store.revoke_portal_session(id, state.config.common.clock.now()).await? {
         return Err(ApiError::NotFound);
     }
     tracing::info!(portal_session_id = %id, "portal session revoked");

@@ -153,8 +153,15 @@ async fn a_type_put_on_the_internal_listener_is_accepted_at_once_without_a_resta
     assert_eq!(created["category"], "payout");
     assert_eq!(created["deprecated"], false);
 
-    let event = api.ingest(&typed_input(developer, "payout", "payout.sent", object)).await.expect(201).clone();
+    let event = api.ingest(&typed_input(developer, "payout", "payout.sent", object.clone())).await.expect(201).clone();
     assert_eq!(event["event_type"], "payout.sent");
+    // Accepted with an Idempotency-Key before the type tightens below.
+    let keyed = || {
+        api.internal_request(Method::POST, "/internal/events")
+            .header("Idempotency-Key", "payout-po-7")
+            .json(&typed_input(developer, "payout", "payout.sent", object.clone()))
+    };
+    let accepted = api.send(keyed()).await.expect(201).clone();
     assert_eq!(event["event_category"], "payout");
     assert_eq!(api.get("/event_types/payout.sent", &key).await.expect(200)["category"], "payout");
 
@@ -172,6 +179,9 @@ async fn a_type_put_on_the_internal_listener_is_accepted_at_once_without_a_resta
         .expect_error_at(400, "invalid", "body", "event_object")
         .clone();
     assert!(error["message"].as_str().unwrap().contains("currency"), "{error}");
+    // Its repeat still answers what it got: an accepted event stays accepted.
+    let repeated = api.send(keyed()).await;
+    assert_eq!(repeated.expect(201)["event_id"], accepted["event_id"], "{}", repeated.text());
     let listed = api.get("/event_types", &key).await.expect(200).clone();
     let payout = listed["data"].as_array().unwrap().iter().find(|t| t["name"] == "payout.sent").cloned();
     assert_eq!(payout.map(|t| t["deprecated"].clone()), Some(json!(true)), "deprecated types are listed");
@@ -331,6 +341,26 @@ async fn an_endpoint_narrowed_by_type_gets_only_those_types() {
         .expect(201)
         .clone();
     wait_for_events(&narrow_rx, &[event_id(&next)], WAIT).await;
+
+    // Narrowing again drops what waits of the other types: disabled, the
+    // endpoint holds one event of each type as upcoming; narrowed to one
+    // type, only that one stays.
+    set_status(&api, &key, &narrow, "disabled").await;
+    let kept = api
+        .ingest(&typed_input(developer, "transfer", "transfer.created", json!({"id": "tr_5"})))
+        .await
+        .expect(201)
+        .clone();
+    let dropped = api
+        .ingest(&typed_input(developer, "transfer", "transfer.updated", json!({"id": "tr_6"})))
+        .await
+        .expect(201)
+        .clone();
+    wait_upcoming(&api, &key, &narrow, &event_id(&dropped), true).await;
+    let narrowed = json!({ "event_types": ["transfer.created"] });
+    api.put(&format!("/webhooks/{}", id(&narrow)), &key, &narrowed).await.expect(200);
+    wait_upcoming(&api, &key, &narrow, &event_id(&dropped), false).await;
+    wait_upcoming(&api, &key, &narrow, &event_id(&kept), true).await;
 
     // Unknown types, and types outside the endpoint's categories, are refused.
     let body = json!({ "url": narrow_rx.url(), "event_types": ["transfer.teleported"] });

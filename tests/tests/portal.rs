@@ -165,6 +165,9 @@ async fn a_session_stops_working_when_it_expires() {
     get(&api, "/webhooks", &token(&long)).await.expect(200);
     api.clock.advance(Duration::from_secs(86400));
     assert_refused(&get(&api, "/webhooks", &token(&long)).await);
+    // An expired session is no live session: revoking it answers 404.
+    let path = format!("/internal/portal_sessions/{}", long["id"].as_str().unwrap());
+    api.send(api.internal_request(Method::DELETE, &path)).await.expect_error(404, "not_found");
 
     api.shutdown().await.unwrap();
 }

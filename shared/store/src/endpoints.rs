@@ -314,8 +314,9 @@ pub(crate) fn apply_update(
 /// every category): then its upcoming deliveries of other categories are
 /// cancelled, no longer wanted.
 pub(crate) fn narrows(changes: &[ChangeDetail]) -> bool {
+    let narrowed = |list: &serde_json::Value| list.as_array().is_some_and(|to| !to.is_empty());
     changes.iter().any(|(kind, details)| {
-        *kind == ChangeKind::CategoriesChanged && details["to"].as_array().is_some_and(|to| !to.is_empty())
+        *kind == ChangeKind::CategoriesChanged && (narrowed(&details["to"]) || narrowed(&details["event_types"]["to"]))
     })
 }
 

@@ -199,8 +199,8 @@ impl Store {
     }
 
     /// Revokes (deletes) a session; `false` when there is no such session.
-    pub async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
-        each_backend!(self, s => s.revoke_portal_session(id).await)
+    pub async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
+        each_backend!(self, s => s.revoke_portal_session(id, now).await)
     }
 
     // Idempotency keys.

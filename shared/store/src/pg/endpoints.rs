@@ -273,10 +273,13 @@ impl PgStore {
                    FROM events e
                   WHERE d.endpoint_id = $1 AND e.id = d.event_id
                     AND d.state IN ('held', 'pending', 'retrying', 'waiting')
-                    AND NOT (e.category = ANY ($2))",
+                    AND ((cardinality($2::text[]) > 0 AND NOT (e.category = ANY ($2)))
+                      OR (cardinality($3::text[]) > 0 AND e.event_type IS NOT NULL
+                          AND NOT (e.event_type = ANY ($3))))",
             )
             .bind(&record.id)
             .bind(category_names(&record.event_categories))
+            .bind(&record.event_types)
             .execute(&mut *tx)
             .await?;
         }

@@ -67,8 +67,12 @@ impl PgStore {
         Ok(row.map(Into::into))
     }
 
-    pub(crate) async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
-        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1").bind(id).execute(&self.pool).await?;
+    pub(crate) async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1 AND expires_at > $2")
+            .bind(id)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 }

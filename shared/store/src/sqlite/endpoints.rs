@@ -269,12 +269,17 @@ impl SqliteStore {
             sqlx::query(
                 "UPDATE deliveries SET state = 'cancelled', updated_at = $3
                   WHERE endpoint_id = $1 AND state IN ('held', 'pending', 'retrying')
-                    AND (SELECT e.category FROM events e WHERE e.id = deliveries.event_id)
-                        NOT IN (SELECT value FROM json_each($2))",
+                    AND EXISTS (
+                        SELECT 1 FROM events e WHERE e.id = deliveries.event_id
+                           AND ((json_array_length($2) > 0
+                                 AND e.category NOT IN (SELECT value FROM json_each($2)))
+                             OR (json_array_length($4) > 0 AND e.event_type IS NOT NULL
+                                 AND e.event_type NOT IN (SELECT value FROM json_each($4)))))",
             )
             .bind(&record.id)
             .bind(json_list(category_names(&record.event_categories)))
             .bind(micros(record.updated_at))
+            .bind(json_list(record.event_types.iter().map(String::as_str).collect()))
             .execute(&mut *tx)
             .await?;
         }

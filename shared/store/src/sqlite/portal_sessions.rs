@@ -1,5 +1,6 @@
 //! Portal sessions on SQLite.
 
+use chrono::{DateTime, Utc};
 use uuid::{Uuid, fmt::Hyphenated};
 
 use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
@@ -67,9 +68,10 @@ impl SqliteStore {
         row.map(TryInto::try_into).transpose()
     }
 
-    pub(crate) async fn revoke_portal_session(&self, id: Uuid) -> StoreResult<bool> {
-        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1")
+    pub(crate) async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM portal_sessions WHERE id = $1 AND expires_at > $2")
             .bind(id.hyphenated())
+            .bind(micros(now))
             .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() > 0)
