@@ -67,8 +67,7 @@ pub struct CreatePortalSession {
     pub ttl_seconds: Option<i64>,
 }
 
-/// A session just made: `token` appears here only (and in `url`), never
-/// in its `Debug`.
+/// A session just made: `token` appears here only.
 #[derive(Serialize, ToSchema)]
 pub struct PortalSessionCreated {
     pub id: Uuid,
@@ -83,6 +82,7 @@ pub struct PortalSessionCreated {
     pub expires_at: DateTime<Utc>,
 }
 
+// The token (also in `url`) never shows in a log line or a panic.
 impl std::fmt::Debug for PortalSessionCreated {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PortalSessionCreated").field("id", &self.id).field("expires_at", &self.expires_at).finish()
