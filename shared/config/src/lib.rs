@@ -102,11 +102,11 @@ pub struct CommonConfig {
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 10)]
     pub database_max_connections: u32,
 
+    // Kept as written and parsed by `broker_addresses` (checked in
+    // `validate`), so that a bad entry is reported redacted rather than
+    // echoed whole, password included, by the argument parser.
     /// RabbitMQ: one `amqp://` or `amqps://` URL, or several of one cluster,
-    /// comma-separated ([`BrokerAddresses`]; read it with
-    /// [`CommonConfig::broker_addresses`]). Kept as written so that a bad
-    /// entry is reported by [`CommonConfig::validate`], redacted, rather than
-    /// echoed whole by the argument parser.
+    /// comma-separated.
     #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", hide_env_values = true)]
     pub amqp_url: String,
 
