@@ -2,7 +2,7 @@
 //! current and the previous one of every endpoint that is not deleted, with
 //! the first key of `KEY_ENCRYPTION_KEY`. It is the step of a key rotation
 //! between listing the new key first everywhere and removing the old one
-//! (README, "Rotating the key-encryption key").
+//! (docs/operations.md, "Rotating the key-encryption key").
 //!
 //! It walks the endpoints in pages of `--batch` by id. Each key is opened
 //! (a key that no configured key opens is reported and left as it was) and,

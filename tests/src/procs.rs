@@ -297,7 +297,7 @@ impl Stack {
                     ("AMQP_URL".into(), amqp_url.clone()),
                     ("QUEUE_PREFIX".into(), prefix.clone()),
                     // The sweeper is the net for a message the broker lost
-                    // (README, "Nothing stranded"): at its shortest, so that
+                    // (docs/architecture.md, "Nothing stranded"): at its shortest, so that
                     // what it catches arrives within a run's settle time.
                     ("SWEEP_INTERVAL".into(), "15s".into()),
                 ]);

@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use clap::Args;
 
-/// Where the settings table and the change kinds are written.
-const DOC: &str = include_str!("../../README.md");
+/// Where the settings table is written.
+const OPERATIONS: &str = include_str!("../../docs/operations.md");
+/// Where the lifecycle message's change kinds are listed.
+const ARCHITECTURE: &str = include_str!("../../docs/architecture.md");
 
 /// Read by a library, not declared with clap, and documented beside them.
 const LIBRARY_SETTINGS: [&str; 2] = ["RUST_LOG", "TOKIO_WORKER_THREADS"];
@@ -33,7 +35,7 @@ fn declared() -> BTreeMap<String, Option<String>> {
 
 /// The rows of the settings table: name -> default cell.
 fn documented() -> BTreeMap<String, String> {
-    let table = DOC.split("| setting | default | used by | meaning |").nth(1).expect("the settings table");
+    let table = OPERATIONS.split("| setting | default | used by | meaning |").nth(1).expect("the settings table");
     table
         .lines()
         .skip(2)
@@ -69,7 +71,7 @@ fn the_settings_table_lists_every_setting_and_its_default() {
 
 #[test]
 fn the_docs_list_every_kind_of_endpoint_change() {
-    let listed = DOC.split("with `change`\n  one of").nth(1).expect("the lifecycle message's change kinds");
+    let listed = ARCHITECTURE.split("with `change`\n  one of").nth(1).expect("the lifecycle message's change kinds");
     let listed = &listed[..listed.find('.').expect("the end of the list")];
     let listed: BTreeSet<&str> = listed.split('`').skip(1).step_by(2).collect();
     let kinds: BTreeSet<&str> =

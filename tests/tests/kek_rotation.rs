@@ -1,4 +1,4 @@
-//! The key-encryption key rotates without an outage (README, "Rotating the
+//! The key-encryption key rotates without an outage (docs/operations.md, "Rotating the
 //! key-encryption key"), run as an operator runs it, as processes: endpoints
 //! sealed under one key (one of them in the format of releases before key
 //! ids), a restart with the new key listed first, `keys reseal` while the

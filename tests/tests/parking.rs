@@ -1,4 +1,4 @@
-//! Nothing looping (README, "Nothing stranded, nothing looping"), on both
+//! Nothing looping (docs/architecture.md, "Nothing stranded, nothing looping"), on both
 //! backends: a delivery that can never be processed (its endpoint's row is
 //! damaged: the private key no longer opens) is parked with growing waits and
 //! given up after `PARK_LIMIT` parks instead of cycling for ever. RabbitMQ

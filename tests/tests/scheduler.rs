@@ -360,7 +360,7 @@ async fn one_developers_backlog_does_not_hold_up_another() {
 
 /// A hanging endpoint (every attempt runs to the timeout) is tried a few
 /// attempts at a time, not with every slot the dispatcher has, so another
-/// developer's events go out while its first attempts still hang (README,
+/// developer's events go out while its first attempts still hang (docs/architecture.md,
 /// "Scheduling": adaptive slots). With a fixed share of slots, the hanging
 /// endpoint would take all eight here and the other events would wait for
 /// its timeouts.

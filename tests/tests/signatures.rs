@@ -58,7 +58,7 @@ fn standard_verifies(request: &RecordedRequest, public_key: &str) -> bool {
 
 /// The first delivery of new events (from `n` on) that carries `count`
 /// signatures: a key change reaches the dispatchers with its lifecycle
-/// message, within milliseconds of the API's answer (README, "Endpoint
+/// message, within milliseconds of the API's answer (docs/behaviour.md, "Endpoint
 /// controls"); every delivery after that carries them all.
 async fn first_signed_by(
     api: &TestApi,

@@ -1,4 +1,4 @@
-//! Nothing stranded (README, "Nothing stranded, nothing looping"), in the
+//! Nothing stranded (docs/architecture.md, "Nothing stranded, nothing looping"), in the
 //! distributed system: deliveries whose messages the broker lost are found by
 //! the sweeper and still arrive, once; concurrent sweepers queue each once,
 //! and give up after the limit; `webhooks-api dead-letters list|replay` shows

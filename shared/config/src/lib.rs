@@ -137,7 +137,7 @@ pub struct CommonConfig {
 
     /// The keys that encrypt endpoint private keys at rest, comma-separated,
     /// each 32 bytes (base64 or 64 hex digits): the first seals, every one
-    /// opens, so the key can change without an outage (README, "Rotating
+    /// opens, so the key can change without an outage (docs/operations.md, "Rotating
     /// the key-encryption key").
     #[arg(long, env = "KEY_ENCRYPTION_KEY", hide_env_values = true)]
     pub key_encryption_key: Option<Secret>,

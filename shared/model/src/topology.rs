@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RetrySchedule;
 
-/// Which of the two work queues a delivery waits in (README, "Scheduling"):
+/// Which of the two work queues a delivery waits in (docs/architecture.md, "Scheduling"):
 /// a developer's events within their fair share go to `default`, the rest,
 /// and backlogs by nature (recovery, sweeps, dead-letter replays), to `bulk`,
 /// which may hold at most three quarters of a dispatcher's slots.

@@ -1,4 +1,4 @@
-//! The pace of endpoints with a `rate_limit_per_second` (README,
+//! The pace of endpoints with a `rate_limit_per_second` (docs/architecture.md,
 //! "Scheduling"): each attempt takes a ticket, numbered in order, and ticket
 //! `k` starts at `anchor_at + (k - anchor_ticket) / rate`. A ticket whose
 //! start is far off is waited for in a queue; when it comes back, its start

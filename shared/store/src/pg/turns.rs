@@ -1,4 +1,4 @@
-//! The turns of ordered endpoints on PostgreSQL (README, "Scheduling"). Only
+//! The turns of ordered endpoints on PostgreSQL (docs/architecture.md, "Scheduling"). Only
 //! the lowest unsettled `event_sequence` of an ordered endpoint is attempted;
 //! a delivery whose turn has not come is marked `waiting` and its message
 //! dropped, and the settling of the delivery before it releases it with a new
