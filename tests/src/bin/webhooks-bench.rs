@@ -588,17 +588,27 @@ struct Drain {
     ingest_per_s: f64,
     per_s: f64,
     cpu_ms_per_delivery: f64,
+    /// The cores PostgreSQL and RabbitMQ used meanwhile, as text.
+    shared: String,
 }
 
 /// The settings a phase of the distributed stack needs.
 struct Distributed<'a> {
     stack: &'a Stack,
+    /// The bench's database, whose PostgreSQL processes are counted.
+    database: &'a str,
     client: &'a reqwest::Client,
     ingest_url: &'a str,
     pool: &'a sqlx::PgPool,
 }
 
-async fn drain(bench: &Bench, system: &Distributed<'_>, target: &Target, dispatchers: usize) -> anyhow::Result<Drain> {
+/// `quota`: each dispatcher capped to that many cores ([`CpuCap`]).
+async fn drain(
+    bench: &Bench,
+    system: &Distributed<'_>,
+    target: &Target,
+    (dispatchers, quota): (usize, Option<f64>),
+) -> anyhow::Result<Drain> {
     let (events, ticks) = (bench.events, bench.ticks);
     let base = target.arrivals.count();
     let started = Instant::now();
@@ -607,11 +617,18 @@ async fn drain(bench: &Bench, system: &Distributed<'_>, target: &Target, dispatc
     wait_outbox_empty(system.pool).await?;
     let children = system.stack.spawn_dispatchers_at(dispatchers).await?;
     let pids: Vec<u32> = children.iter().filter_map(|(child, _)| child.id()).collect();
+    let caps = match quota {
+        Some(cores) => pids.iter().map(|pid| CpuCap::new(*pid, cores)).collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
     let cpu = || pids.iter().map(|pid| cpu_seconds(*pid, ticks)).sum::<f64>();
+    let shared = || (cpu_of_postgres(system.database, ticks), cpu_of_named(&["beam.smp"], ticks));
     wait_count(&target.arrivals, base + 1, Duration::from_secs(60)).await?;
-    let (t0, cpu0, n0) = (Instant::now(), cpu(), target.arrivals.count());
-    wait_count(&target.arrivals, base + events, Duration::from_secs(600)).await?;
-    let (elapsed, cpu) = (t0.elapsed().as_secs_f64(), cpu() - cpu0);
+    let (t0, cpu0, shared0, n0) = (Instant::now(), cpu(), shared(), target.arrivals.count());
+    wait_count(&target.arrivals, base + events, Duration::from_secs(1800)).await?;
+    let (elapsed, cpu, (pg, mq)) = (t0.elapsed().as_secs_f64(), cpu() - cpu0, shared());
+    let shared =
+        format!("postgres {:.2} cores, rabbitmq {:.2} cores", (pg - shared0.0) / elapsed, (mq - shared0.1) / elapsed);
     let drained = (base + events).saturating_sub(n0) as f64;
     // Messages put back rather than attempted: a drain should have none.
     let mut put_back = 0.0;
@@ -621,15 +638,18 @@ async fn drain(bench: &Bench, system: &Distributed<'_>, target: &Target, dispatc
         }
         stop(child).await;
     }
+    drop(caps);
     let per = |x: f64| if drained > 0.0 { x / drained } else { f64::NAN };
-    let drain = Drain { ingest_per_s, per_s: drained / elapsed, cpu_ms_per_delivery: per(cpu) * 1000.0 };
+    let drain = Drain { ingest_per_s, per_s: drained / elapsed, cpu_ms_per_delivery: per(cpu) * 1000.0, shared };
+    let capped = quota.map(|cores| format!(" of {cores} core")).unwrap_or_default();
     out(&format!(
-        "drain, {dispatchers} dispatcher(s), to {}: {:.0} deliveries/s ({:.2} sig), dispatcher CPU {:.3} ms per delivery = {:.2} x one signature; {put_back} messages put back",
+        "drain, {dispatchers} dispatcher(s){capped}, to {}: {:.0} deliveries/s ({:.2} sig), dispatcher CPU {:.3} ms per delivery = {:.2} x one signature; {put_back} messages put back; {}",
         target.side.name(),
         drain.per_s,
         drain.per_s / bench.signatures,
         drain.cpu_ms_per_delivery,
-        drain.cpu_ms_per_delivery / bench.ms_per_signature()
+        drain.cpu_ms_per_delivery / bench.ms_per_signature(),
+        drain.shared
     ));
     Ok(drain)
 }
@@ -1190,23 +1210,24 @@ async fn main() -> anyhow::Result<()> {
         Target { side: Side::Nginx, arrivals: nginx.arrivals(), developer_id: nginx_developer_id, pid: nginx.pid() };
     let ingest_url = format!("{}/internal/events", stack.internal_url);
     let pool = sqlx::PgPool::connect(database.url()).await?;
-    let system = Distributed { stack: &stack, client: &client, ingest_url: &ingest_url, pool: &pool };
+    let system =
+        Distributed { stack: &stack, database: database.name(), client: &client, ingest_url: &ingest_url, pool: &pool };
 
     // 2. Drain: ingest with no dispatcher (the queue fills), then one or two
     // dispatchers on the full queue.
     bench.section("distributed: api, dispatcher(s), PostgreSQL, RabbitMQ");
     let mut drained_alone = None;
     if phase("drain") {
-        let one_in = drain(&bench, &system, &in_process, 1).await?;
+        let one_in = drain(&bench, &system, &in_process, (1, None)).await?;
         drained_alone = Some(one_in.per_s);
         out(&format!(
             "ingest events/s ({concurrency} in flight):        {:.0}  ({:.2} sig)",
             one_in.ingest_per_s,
             one_in.ingest_per_s / signatures
         ));
-        let one_ng = drain(&bench, &system, &to_nginx, 1).await?;
-        let two_in = drain(&bench, &system, &in_process, 2).await?;
-        let two_ng = drain(&bench, &system, &to_nginx, 2).await?;
+        let one_ng = drain(&bench, &system, &to_nginx, (1, None)).await?;
+        let two_in = drain(&bench, &system, &in_process, (2, None)).await?;
+        let two_ng = drain(&bench, &system, &to_nginx, (2, None)).await?;
         out(&format!(
             "two dispatchers / one: {:.2} to the in-process receiver, {:.2} to nginx",
             two_in.per_s / one_in.per_s,
@@ -1395,7 +1416,7 @@ async fn main() -> anyhow::Result<()> {
         let scale = Scale { stack: &stack, database: database.name(), quota, ticks };
         let mut alone = None;
         for dispatchers in [1, 2, 4] {
-            let run = scale.drain(&system, &in_process, events, concurrency, dispatchers).await?;
+            let run = drain(&bench, &system, &in_process, (dispatchers, Some(quota))).await?;
             let one = *alone.get_or_insert(run.per_s);
             let ratio = run.per_s / one;
             let (target, ok): (&'static str, fn(f64) -> bool) = match dispatchers {
@@ -1624,43 +1645,6 @@ impl Scale<'_> {
         let value = f.await?;
         let (elapsed, (pg, mq)) = (t0.elapsed().as_secs_f64(), read());
         Ok((value, format!("postgres {:.2} cores, rabbitmq {:.2} cores", (pg - pg0) / elapsed, (mq - mq0) / elapsed)))
-    }
-
-    /// Ingests `events` with no dispatcher running, then drains them with
-    /// `dispatchers`, each capped to the quota.
-    async fn drain(
-        &self,
-        system: &Distributed<'_>,
-        target: &Target,
-        events: u64,
-        concurrency: u64,
-        dispatchers: usize,
-    ) -> anyhow::Result<ScaleRun> {
-        let base = target.arrivals.count();
-        ingest(system.client, system.ingest_url, &target.developer_id, events, concurrency).await?;
-        wait_outbox_empty(system.pool).await?;
-        let children = self.stack.spawn_dispatchers(dispatchers).await?;
-        let caps: Vec<CpuCap> =
-            children.iter().filter_map(Child::id).map(|pid| CpuCap::new(pid, self.quota)).collect::<Result<_, _>>()?;
-        wait_count(&target.arrivals, base + 1, Duration::from_secs(60)).await?;
-        let (t0, n0) = (Instant::now(), target.arrivals.count());
-        let ((), shared) = self
-            .shared_use(async {
-                wait_count(&target.arrivals, base + events, Duration::from_secs(1800)).await?;
-                Ok(())
-            })
-            .await?;
-        let elapsed = t0.elapsed().as_secs_f64();
-        for child in children {
-            stop(child).await;
-        }
-        drop(caps);
-        let per_s = (base + events).saturating_sub(n0) as f64 / elapsed;
-        out(&format!(
-            "scale-out: {dispatchers} dispatcher(s) of {} core: {per_s:.0} deliveries/s; {shared}",
-            self.quota
-        ));
-        Ok(ScaleRun { per_s, shared })
     }
 
     /// Ingests `events` through `apis` API processes (the bench's own and
