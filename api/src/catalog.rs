@@ -273,14 +273,20 @@ impl Catalog {
         Ok(())
     }
 
-    /// Reloads after a miss, at most every [`MISS_RELOAD_INTERVAL`].
+    /// Reloads after a miss, at most every [`MISS_RELOAD_INTERVAL`]; a miss
+    /// in between waits for the reload under way, if any, and sees its copy.
     async fn reload_after_miss(&self) {
-        {
+        let throttled = {
             let mut last = self.last_miss.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.is_some_and(|at| at.elapsed() < MISS_RELOAD_INTERVAL) {
-                return;
+            let throttled = last.is_some_and(|at| at.elapsed() < MISS_RELOAD_INTERVAL);
+            if !throttled {
+                *last = Some(Instant::now());
             }
-            *last = Some(Instant::now());
+            throttled
+        };
+        if throttled {
+            drop(self.reloading.lock().await);
+            return;
         }
         if let Err(error) = self.reload().await {
             tracing::warn!(error = %error, "event catalog reload failed");

@@ -34,14 +34,23 @@ impl PgStore {
 
     /// Inserts or replaces; `true` when the type is new (`xmax = 0`: the row
     /// was inserted, not updated).
+    ///
+    /// Writers take turns (the table lock conflicts with itself, not with
+    /// readers), and each change is stamped later than every stamp already
+    /// there: so the catalog's version, `max(updated_at)` with the count,
+    /// moves with every commit, in commit order, whatever the writers'
+    /// clocks say, and no reader can have seen a later version without it.
     pub(crate) async fn put_event_type(&self, new: &NewEventType) -> StoreResult<(EventType, bool)> {
         let now = webhooks_model::time::now();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("LOCK TABLE event_types IN SHARE ROW EXCLUSIVE MODE").execute(&mut *tx).await?;
         let row: Inserted = sqlx::query_as(&format!(
-            "INSERT INTO event_types ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+            "INSERT INTO event_types ({COLUMNS})
+             VALUES ($1, $2, $3, $4, $5, $6, $7,
+                     greatest($7, (SELECT max(updated_at) + interval '1 millisecond' FROM event_types)))
              ON CONFLICT (name) DO UPDATE
                 SET category = excluded.category, description = excluded.description, schema = excluded.schema,
-                    example = excluded.example, deprecated = excluded.deprecated,
-                    updated_at = greatest(excluded.updated_at, event_types.updated_at + interval '1 millisecond')
+                    example = excluded.example, deprecated = excluded.deprecated, updated_at = excluded.updated_at
              RETURNING {COLUMNS}, (xmax = 0)"
         ))
         .bind(&new.name)
@@ -51,8 +60,9 @@ impl PgStore {
         .bind(new.example.to_string())
         .bind(new.deprecated)
         .bind(now)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         let (name, category, description, schema, example, deprecated, created, updated, inserted) = row;
         let stored = from_row((name, category, description, schema, example, deprecated, created, updated))?;
         Ok((stored, inserted))
