@@ -374,6 +374,16 @@ async fn an_endpoint_narrowed_by_type_gets_only_those_types() {
         "body",
         "event_types",
     );
+    // New categories alone must still hold the types the endpoint keeps.
+    let body = json!({ "event_categories": ["customer"] });
+    api.put(&format!("/webhooks/{}", id(&narrow)), &key, &body).await.expect_error_at(
+        400,
+        "invalid",
+        "body",
+        "event_types",
+    );
+    let body = json!({ "event_categories": ["transfer", "customer"] });
+    api.put(&format!("/webhooks/{}", id(&narrow)), &key, &body).await.expect(200);
 
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();

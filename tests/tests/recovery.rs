@@ -96,6 +96,42 @@ async fn failed_and_upcoming_deliveries_of_the_window_are_queued_once() {
 }
 
 #[tests::test]
+async fn a_recovery_queues_only_the_event_types_the_endpoint_takes_now() {
+    let options = ApiOptions { retry_schedule: Some("500ms".into()), ..ApiOptions::default() };
+    let api = TestApi::start_with(options).await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::status(500));
+    let webhook = active_endpoint(&api, &key, &receiver.url()).await;
+
+    // A transfer and a customer event fail for good; then the endpoint
+    // narrows to transfers' type.
+    let transfer = ingest(&api, key.developer_id(), "transfer", 0).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let customer = ingest(&api, key.developer_id(), "customer", 1).await;
+    wait_for_logs(&api, &key, &webhook, 4).await;
+    for event in [&transfer, &customer] {
+        wait_upcoming(&api, &key, &webhook, &event_id(event), false).await;
+    }
+    let narrowed = json!({ "event_types": [transfer["event_type"]] });
+    api.put(&format!("/webhooks/{}", id(&webhook)), &key, &narrowed).await.expect(200);
+    let requests = receiver.count();
+    receiver.reply_always(Reply::ok());
+
+    let until = at(&customer) + chrono::Duration::milliseconds(1);
+    let window = json!({ "since": webhooks_model::time::format(&at(&transfer)),
+                         "until": webhooks_model::time::format(&until) });
+    assert_eq!(recover(&api, &key, &webhook, window).await, 1, "only the transfer is the endpoint's now");
+    receiver.wait_for(requests + 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(received_ids(&receiver).split_off(requests), vec![event_id(&transfer)]);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tests::test]
 async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     const EVENTS: usize = 2_000;
     let api = TestApi::start().await.unwrap();

@@ -331,12 +331,17 @@ pub async fn update(
     };
     let rate_limit_per_second = body.rate_limit_per_second.map(check_rate_limit).transpose()?;
     let current = find(&state, &caller, &id).await?;
-    let event_types = match body.event_types {
-        Some(names) => {
-            let categories = body.event_categories.as_deref().unwrap_or(&current.event_categories);
+    let event_types = match (body.event_types, body.event_categories.as_deref()) {
+        (Some(names), categories) => {
+            let categories = categories.unwrap_or(&current.event_categories);
             Some(check_event_types(&state, names, categories).await?)
         }
-        None => None,
+        // New categories must still hold the types the endpoint keeps.
+        (None, Some(categories)) => {
+            check_event_types(&state, current.event_types.clone(), categories).await?;
+            None
+        }
+        (None, None) => None,
     };
     // A valid url is compared normalised: `https://Example.COM:443/p`
     // repeats `https://example.com/p` and is no change, even while active.

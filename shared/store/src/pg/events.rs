@@ -334,6 +334,7 @@ impl PgStore {
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
         .bind(i64::MAX)
+        .bind(&endpoint.event_types)
         .fetch_one(&self.pool)
         .await?;
         Ok(u64::try_from(count).unwrap_or_default())
@@ -381,6 +382,7 @@ pub(super) async fn recover_batch(
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
         .bind(limit)
+        .bind(&endpoint.event_types)
         .fetch_one(tx)
         .await?;
         Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
@@ -388,11 +390,13 @@ pub(super) async fn recover_batch(
 }
 
 /// The window's events meant for endpoint `$2` of developer `$1` (categories
-/// `$6`, epoch: `$7` or created since `$8`), after sequence `$5`, at most `$9`.
+/// `$6`, event types `$10`, epoch: `$7` or created since `$8`), after sequence
+/// `$5`, at most `$9`.
 const SCANNED: &str = "
     SELECT e.id, e.sequence, e.created_at FROM events e
      WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
        AND (cardinality($6::text[]) = 0 OR e.category = ANY ($6))
+       AND (cardinality($10::text[]) = 0 OR e.event_type IS NULL OR e.event_type = ANY ($10))
        AND ($7 OR e.created_at >= $8)
      ORDER BY e.sequence LIMIT $9";
 

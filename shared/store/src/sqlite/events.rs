@@ -251,6 +251,7 @@ impl SqliteStore {
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(micros(endpoint.created_at))
         .bind(i64::MAX)
+        .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .fetch_one(&self.reader)
         .await?;
         Ok(u64::try_from(count).unwrap_or_default())
@@ -285,6 +286,7 @@ pub(super) async fn recover_batch(
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(micros(endpoint.created_at))
         .bind(limit)
+        .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .fetch_all(&mut **tx)
         .await?;
         let last_sequence = scanned.last().map(|row| row.2);
@@ -317,12 +319,13 @@ pub(super) async fn recover_batch(
 }
 
 /// The window's events meant for endpoint `$2` of developer `$1` (categories
-/// `$6` as a JSON list, epoch: `$7` or created since `$8`), after sequence
-/// `$5`, at most `$9`.
+/// `$6` and event types `$10` as JSON lists, epoch: `$7` or created since
+/// `$8`), after sequence `$5`, at most `$9`.
 const SCANNED: &str = "
     SELECT e.id, e.sequence, e.created_at FROM events e
      WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
        AND (json_array_length($6) = 0 OR e.category IN (SELECT value FROM json_each($6)))
+       AND (json_array_length($10) = 0 OR e.event_type IS NULL OR e.event_type IN (SELECT value FROM json_each($10)))
        AND ($7 OR e.created_at >= $8)
      ORDER BY e.sequence LIMIT $9";
 
