@@ -67,6 +67,9 @@
 
   const badge = (text, kind) => h("span", { class: `badge ${kind || text}` }, text);
 
+  /** An event type's name that may break after its dots, and nowhere else. */
+  const typeName = (name) => name.split(".").flatMap((part, i) => (i ? [".", h("wbr"), part] : [part]));
+
   /** A Copy button for the text of `source()`. */
   function copyButton(label, source, size = "small") {
     const button = h("button", { type: "button", class: size, "aria-label": label }, "Copy");
@@ -386,7 +389,7 @@
     const list = h("ul", { class: "cards", id: "event-types" });
     const render = () => list.replaceChildren(...types.filter((t) => !filter.value || t.category === filter.value).map((t) =>
       h("li", { class: "card", "data-event-type": t.name, id: `type-${t.name}` },
-        h("h2", { class: "mono type-name" }, t.name),
+        h("h2", { class: "mono type-name" }, typeName(t.name)),
         h("div", { class: "badges" }, badge(t.category, "scheme"), t.deprecated ? badge("deprecated", "failing") : null),
         h("p", {}, t.description),
         h("details", { open: t.name === focus }, h("summary", {}, "Example event_object"), h("pre", { class: "json" }, JSON.stringify(t.example, null, 2))),
@@ -466,11 +469,30 @@
     };
     const upcomingView = upcomingSection(upcoming, path);
     const logsView = logsSection(logs, path);
-    const refreshLists = () => Promise.all([upcomingView.refresh(), logsView.refresh()]);
+    // New log entries move the endpoint's health, which the service may
+    // write just after them: read it again with them and once more after.
+    let healthReads = 0;
+    const refreshLists = async () => {
+      const [, added] = await Promise.all([upcomingView.refresh(), logsView.refresh()]);
+      if (added) healthReads = 2;
+      if (!healthReads) return;
+      healthReads -= 1;
+      const fresh = await api("GET", path);
+      if (current()) updateHealth(top, fresh);
+    };
     renderEndpointTop(top, endpoint, path, reload, refreshLists, types);
     show(h("p", { class: "back" }, h("a", { href: "#/endpoints" }, "← All endpoints")), top, upcoming, logs);
     await refreshLists();
     if (current()) startRefresh(refreshLists);
+  }
+
+  const healthText = (health, field) => (health ? when(health[field]) : "not reported");
+
+  /** Shows the endpoint's health as `ep` has it, leaving the rest of the page (and any open form) alone. */
+  function updateHealth(top, ep) {
+    for (const dd of top.querySelectorAll("dd[data-health]")) {
+      dd.replaceChildren(healthText(ep.health, dd.dataset.health));
+    }
   }
 
   function renderEndpointTop(top, ep, path, reload, refreshLists, types) {
@@ -507,9 +529,9 @@
       h("dt", {}, "Event types"), h("dd", {}, typesText(ep.event_types)),
       h("dt", {}, "Pace"), h("dd", {}, paceText(ep.rate_limit_per_second)),
       h("dt", {}, "Order"), h("dd", {}, orderText(ep.ordering)),
-      h("dt", {}, "Last success"), h("dd", {}, health ? when(health.last_success_at) : "not reported"),
-      h("dt", {}, "Last failure"), h("dd", {}, health ? when(health.last_failure_at) : "not reported"),
-      h("dt", {}, "Failing since"), h("dd", {}, health ? when(health.failing_since) : "not reported"),
+      h("dt", {}, "Last success"), h("dd", { "data-health": "last_success_at" }, healthText(health, "last_success_at")),
+      h("dt", {}, "Last failure"), h("dd", { "data-health": "last_failure_at" }, healthText(health, "last_failure_at")),
+      h("dt", {}, "Failing since"), h("dd", { "data-health": "failing_since" }, healthText(health, "failing_since")),
       h("dt", {}, "Created"), h("dd", {}, when(ep.created_at)),
       h("dt", {}, "Updated"), h("dd", {}, when(ep.updated_at)));
 
@@ -642,7 +664,7 @@
         const d = ev.delivery;
         return h("tr", { "data-event-id": ev.event_id },
           cell("Event", h("span", { class: "mono" }, ev.event_id), h("br"), `#${ev.event_sequence} · ${ev.event_category}`),
-          cell("Type", ev.event_type),
+          cell("Type", ev.event_type ? typeName(ev.event_type) : "—"),
           cell("Created", when(ev.event_created_at)),
           cell("Delivery", d ? [badge(STATE_TEXT[d.state] || d.state, "state"), ` ${d.attempts} attempt${d.attempts === 1 ? "" : "s"}`,
             d.next_attempt_at ? [", next ", when(d.next_attempt_at)] : null] : "—"),
@@ -721,7 +743,7 @@
         : null;
       return h("tr", { "data-log-id": log.id, "data-event-id": log.event_id },
         cell("Time", when(log.created_at)),
-        cell("Event", h("span", { class: "mono" }, log.event_id), log.event_type ? [h("br"), log.event_type] : null),
+        cell("Event", h("span", { class: "mono" }, log.event_id), log.event_type ? [h("br"), typeName(log.event_type)] : null),
         cell("Attempt", String(log.attempt)),
         cell("Result", result, log.status !== null && log.error ? ` ${log.error}` : null,
           log.error_detail ? h("p", { class: "why" }, log.error_detail) : null),
@@ -748,6 +770,7 @@
       fresh.forEach((log) => seen.add(log.id));
       tbody.prepend(...fresh.map(row));
       update();
+      return fresh.length;
     };
     older.addEventListener("click", () => run(older, async () => {
       const page = await api("GET", `${path}/logs?limit=${LOG_PAGE}${filter}&starting_after=${encodeURIComponent(last)}`);

@@ -201,7 +201,7 @@ before(async () => {
   ctx.receiver = JSON.parse(await readFile(env.DASHBOARD_RECEIVER, "utf8")).base_url;
 
   browser = await chromium.launch({ executablePath: env.CHROMIUM || "/usr/bin/chromium", headless: true, args: LAUNCH_ARGS });
-  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
   watch(page);
 });
@@ -275,6 +275,9 @@ test("endpoint: create, activate, an event arrives and its log row appears live"
   assert.match(await row.innerText(), /200/);
   await row.locator("summary", { hasText: "characters" }).click();
   await row.getByText('{"received":true}').waitFor();
+  // The header's health follows the log, without a reload.
+  const lastSuccess = page.locator("dt", { hasText: /^Last success$/ }).locator("xpath=following-sibling::dd[1]");
+  await until("Last success shows the delivery", async () => /^\d{4}-\d\d-\d\d /.test(await lastSuccess.innerText()), LIVE);
   ctx.publicKey = await page.locator("#public-key").innerText();
   await shot("06-endpoint-active-log");
 });
@@ -348,7 +351,7 @@ test("signature checker: a real delivery is genuine, a changed body is not", asy
 test("signature checker: every vector of the receiver kits (kits/vectors/cases.json) as the kits judge it", async (t) => {
   if (!env.DASHBOARD_KIT_VECTORS) return t.skip("kits/vectors/cases.json is not there");
   const { cases } = JSON.parse(await readFile(env.DASHBOARD_KIT_VECTORS, "utf8"));
-  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const checker = await context.newPage();
   watch(checker);
   const wrong = [];
@@ -805,8 +808,8 @@ test("test event: Send test POSTs the chosen type's example with test: true, sig
   await setStatus("active");
 });
 
-test("narrow screen (360 px): every page fits and every control is labelled", async () => {
-  const context = await browser.newContext({ viewport: { width: 360, height: 740 } });
+test("narrow screen (390 px): every page fits and every control is labelled", async () => {
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
   const narrow = await context.newPage();
   watch(narrow);
   try {
@@ -833,6 +836,11 @@ test("narrow screen (360 px): every page fits and every control is labelled", as
     await narrow.getByRole("heading", { name: "Signature checker", level: 1 }).waitFor();
     await assertTidy("checker", narrow);
     await shot("26-narrow-checker", narrow);
+    await narrow.getByRole("link", { name: "Event types" }).click();
+    await narrow.getByRole("heading", { name: "Event types", level: 1 }).waitFor();
+    await narrow.locator('#event-types li[data-event-type="transfer.created"]').getByText("Example event_object").click();
+    await assertTidy("catalog", narrow);
+    await shot("28-narrow-catalog", narrow);
   } finally {
     await context.close();
   }
@@ -853,7 +861,7 @@ test("portal: a portal link opens the dashboard signed in, and the token leaves 
   await mainEndpoint();
   const session = await portalSession();
   assert.match(session.url, /^\/dashboard#session=ps_[A-Za-z0-9]+$/);
-  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   try {
     const portal = await context.newPage();
     watch(portal);
@@ -903,7 +911,7 @@ test("portal: an embedding page of a PORTAL_FRAME_ANCESTORS origin shows the das
       <iframe id="portal" title="Webhooks" width="1000" height="700" src="${BASE}${session.url}"></iframe>`);
   });
   await new Promise((resolve) => host.listen(port, "127.0.0.1", resolve));
-  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   try {
     const embedding = await context.newPage();
     await embedding.goto(`http://127.0.0.1:${port}/`);
