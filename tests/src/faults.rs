@@ -460,7 +460,7 @@ async fn kill_one(stack: &mut Stack) -> anyhow::Result<String> {
 
 /// The endpoints of a run: developer A with everything and transfers only,
 /// developer B with everything and customer + kyc_link.
-const ENDPOINTS: [(&str, usize, &[Category]); 4] = [
+pub const ENDPOINTS: [(&str, usize, &[Category]); 4] = [
     ("A: every category", 0, &[]),
     ("A: transfer", 0, &[Category::Transfer]),
     ("B: every category", 1, &[]),
@@ -468,7 +468,7 @@ const ENDPOINTS: [(&str, usize, &[Category]); 4] = [
 ];
 
 /// The categories of the events, in turn.
-const CATEGORIES: [Category; 3] = [Category::Transfer, Category::Customer, Category::KycLink];
+pub const CATEGORIES: [Category; 3] = [Category::Transfer, Category::Customer, Category::KycLink];
 
 /// Runs the fault run `options` describes and reports what it saw; an `Err`
 /// is a run that could not be made (a process would not start, …), not a
@@ -504,7 +504,8 @@ pub async fn run(options: FaultOptions) -> anyhow::Result<FaultReport> {
     say(verbose, started, &format!("ready: {} dispatchers, {} endpoints", stack.dispatchers.len(), endpoints.len()));
 
     let producer = Producer {
-        ingest_url: stack.ingest_url(),
+        ingest_urls: vec![stack.ingest_url()],
+        token: None,
         developers,
         categories: CATEGORIES.to_vec(),
         run_id: format!("faults-{}", random_suffix()),

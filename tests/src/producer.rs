@@ -25,8 +25,12 @@ use crate::tally::{Tally, event_key};
 /// What a producer sends, and how hard it tries.
 #[derive(Debug, Clone)]
 pub struct Producer {
-    /// `http://<internal>/internal/events`.
-    pub ingest_url: String,
+    /// `http://<internal>/internal/events` of each API process: event n
+    /// goes to the `n % len`-th first, and a retry to the next one, as
+    /// behind a load balancer.
+    pub ingest_urls: Vec<String>,
+    /// `INTERNAL_TOKEN`, sent as `Authorization: Bearer`.
+    pub token: Option<String>,
     /// Event n is of developer `n % len`.
     pub developers: Vec<Uuid>,
     /// Event n is of category `(n / developers) % len`.
@@ -161,7 +165,12 @@ impl Producer {
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let sent = client.post(&self.ingest_url).header("Idempotency-Key", &key).json(&body).send().await;
+            let url = &self.ingest_urls[(n as usize + tries as usize - 1) % self.ingest_urls.len().max(1)];
+            let mut request = client.post(url).header("Idempotency-Key", &key).json(&body);
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let sent = request.send().await;
             let failure = match sent {
                 Ok(response) if response.status().is_success() => {
                     let replayed = response.headers().get("idempotent-replayed").is_some_and(|v| v == "true");

@@ -9,7 +9,7 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::{
         Arc, Mutex, OnceLock,
         atomic::{AtomicU64, Ordering},
@@ -99,8 +99,17 @@ impl Tally {
     /// Starts a tally; with `fail_every` = n > 0 it answers every n-th
     /// request 503 (a receiver's passing trouble, which the sender retries).
     pub async fn start(ca: &TestCa, fail_every: u64) -> anyhow::Result<Tally> {
-        let acceptor = TlsAcceptor::from(ca.issue(LOCAL_NAMES).server_config()?);
-        let listener = TcpListener::bind("127.0.0.1:0").await.context("bind a tally receiver")?;
+        Tally::start_at(ca, fail_every, IpAddr::from([127, 0, 0, 1])).await
+    }
+
+    /// [`Tally::start`] on a free port of `ip` (an address of this host
+    /// other receivers' senders reach), its certificate valid for `ip` too.
+    pub async fn start_at(ca: &TestCa, fail_every: u64, ip: IpAddr) -> anyhow::Result<Tally> {
+        let ip_name = ip.to_string();
+        let mut names = LOCAL_NAMES.to_vec();
+        names.push(&ip_name);
+        let acceptor = TlsAcceptor::from(ca.issue(&names).server_config()?);
+        let listener = TcpListener::bind((ip, 0)).await.context("bind a tally receiver")?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
             expect: OnceLock::new(),
@@ -116,9 +125,13 @@ impl Tally {
         Ok(Tally { addr, state, shutdown })
     }
 
-    /// `https://localhost:<port>/hook`.
+    /// `https://localhost:<port>/hook`, or the address it listens on when
+    /// that is not loopback.
     pub fn url(&self) -> String {
-        format!("https://localhost:{}/hook", self.addr.port())
+        match self.addr.ip() {
+            ip if ip.is_loopback() => format!("https://localhost:{}/hook", self.addr.port()),
+            _ => format!("https://{}/hook", self.addr),
+        }
     }
 
     /// Tells the tally which endpoint it serves: its `Webhook` as the API

@@ -212,7 +212,8 @@ async fn a_broker_node_dies_and_nothing_is_lost() {
     say(&format!("system up, logs in {}", stack.log_dir.display()));
 
     let producer = Producer {
-        ingest_url: stack.ingest_url(),
+        ingest_urls: vec![stack.ingest_url()],
+        token: None,
         developers: vec![developer],
         categories: vec![Category::Transfer, Category::Customer, Category::KycLink],
         run_id: format!("broker-cluster-{}", random_suffix()),

@@ -123,7 +123,8 @@ async fn soak(flags: &Flags) -> anyhow::Result<bool> {
     out(&format!("[{:>7.1}s] start:{line}", started.elapsed().as_secs_f64()));
 
     let producer = Producer {
-        ingest_url: stack.ingest_url(),
+        ingest_urls: vec![stack.ingest_url()],
+        token: None,
         developers: vec![developer],
         categories: vec![webhooks_model::Category::Transfer, webhooks_model::Category::Customer],
         run_id: format!("soak-{}", random_suffix()),
