@@ -135,7 +135,7 @@ pub struct NewEndpoint {
 }
 
 /// What a PUT (or a rotation) asks to change; `None` leaves a field alone.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct EndpointUpdate {
     pub url: Option<String>,
     pub status: Option<EndpointStatus>,

@@ -212,7 +212,26 @@ impl PgStore {
         row.map(TryInto::try_into).transpose()
     }
 
+    /// Updates an endpoint; a transaction PostgreSQL aborted to break a
+    /// deadlock (with a recovery's batch or a dispatcher's writes to the same
+    /// deliveries) is tried again.
     pub(crate) async fn update_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        update: EndpointUpdate,
+        by: EndpointChange,
+    ) -> StoreResult<UpdateOutcome> {
+        let mut attempt = 0;
+        loop {
+            match self.update_endpoint_once(developer_id, id, update.clone(), by).await {
+                Err(error) if super::is_deadlock(&error) && attempt < super::DEADLOCK_RETRIES => attempt += 1,
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn update_endpoint_once(
         &self,
         developer_id: Uuid,
         id: &str,
@@ -299,7 +318,23 @@ impl PgStore {
         Ok(UpdateOutcome::Updated(Box::new(record)))
     }
 
+    /// Deletes an endpoint, tried again after a deadlock as an update is.
     pub(crate) async fn delete_endpoint(
+        &self,
+        developer_id: Uuid,
+        id: &str,
+        by: EndpointChange,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let mut attempt = 0;
+        loop {
+            match self.delete_endpoint_once(developer_id, id, by).await {
+                Err(error) if super::is_deadlock(&error) && attempt < super::DEADLOCK_RETRIES => attempt += 1,
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn delete_endpoint_once(
         &self,
         developer_id: Uuid,
         id: &str,

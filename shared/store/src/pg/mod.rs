@@ -30,6 +30,24 @@ use super::StoreResult;
 /// released), so the relay in the API process publishes them at once.
 pub(crate) const OUTBOX_CHANNEL: &str = "webhooks_outbox";
 
+/// PostgreSQL's code for a transaction aborted to break a deadlock.
+const DEADLOCK: &str = "40P01";
+
+/// How often a transaction that lost a deadlock is tried again: one that
+/// locks many rows (an endpoint's deliveries, many endpoints) can meet a
+/// recovery's batch or a dispatcher's writes locking them in another order.
+const DEADLOCK_RETRIES: usize = 3;
+
+/// Whether `error` is a transaction PostgreSQL aborted to break a deadlock,
+/// which can simply be tried again.
+fn is_deadlock(error: &crate::StoreError) -> bool {
+    let crate::StoreError::Database(source) = error else { return false };
+    source
+        .downcast_ref::<sqlx::Error>()
+        .and_then(sqlx::Error::as_database_error)
+        .is_some_and(|error| error.code().as_deref() == Some(DEADLOCK))
+}
+
 /// Cheap to clone: a handle on the pool.
 #[derive(Debug, Clone)]
 pub struct PgStore {

@@ -6,10 +6,6 @@ use super::PgStore;
 use crate::sealed_keys::{CountedGroup, KeyRow, head_parameters, sample_ids, sql_head, with_samples};
 use crate::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys, StoreResult};
 
-/// How often a batch of reseals is tried again after PostgreSQL broke a
-/// deadlock with another statement that locks many endpoints.
-const DEADLOCK_RETRIES: usize = 3;
-
 impl PgStore {
     pub(crate) async fn sealed_keys(&self, after: &str, limit: i64) -> StoreResult<Vec<SealedKeys>> {
         let rows: Vec<KeyRow> = sqlx::query_as(
@@ -31,7 +27,7 @@ impl PgStore {
         loop {
             match self.try_reseal_keys(reseals).await {
                 Err(sqlx::Error::Database(error))
-                    if error.code().as_deref() == Some("40P01") && attempt < DEADLOCK_RETRIES =>
+                    if error.code().as_deref() == Some(super::DEADLOCK) && attempt < super::DEADLOCK_RETRIES =>
                 {
                     attempt += 1;
                 }
