@@ -506,48 +506,13 @@ impl Stack {
             command.args(["--developer-id", &developer.to_string()]);
         }
         let output = command.stdin(Stdio::null()).output().await.context("run webhooks-api keys create")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "keys create: {}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let created: Value = serde_json::from_slice(&output.stdout).context("keys create prints JSON")?;
-        let key = created["key"].as_str().context("no key")?.to_owned();
-        let developer = created["api_key"]["owner_id"].as_str().context("no owner_id")?.parse()?;
-        Ok((key, developer))
+        created_key(&output)
     }
 
     /// Registers an endpoint for `url` with `categories` (empty: all) under
     /// `key`, switches it on and returns the `Webhook`.
     pub async fn active_endpoint(&self, key: &str, url: &str, categories: &[Category]) -> anyhow::Result<Value> {
-        let names: Vec<&str> = categories.iter().map(|c| c.as_str()).collect();
-        let response = self
-            .client
-            .post(format!("{}/webhooks", self.api_url()))
-            .header("Api-Key", key)
-            .header("Idempotency-Key", Uuid::new_v4().to_string())
-            .json(&json!({ "url": url, "event_categories": names }))
-            .send()
-            .await?;
-        let status = response.status();
-        let created: Value = response.json().await?;
-        anyhow::ensure!(status == 201, "POST /webhooks answered {status}: {created}");
-        let id = created["id"].as_str().context("no endpoint id")?;
-        let response = self
-            .client
-            .put(format!("{}/webhooks/{id}", self.api_url()))
-            .header("Api-Key", key)
-            .json(&json!({ "status": "active" }))
-            .send()
-            .await?;
-        let status = response.status();
-        let updated: Value = response.json().await?;
-        anyhow::ensure!(
-            status == 200 && updated["status"] == "active",
-            "PUT /webhooks/{id} answered {status}: {updated}"
-        );
-        Ok(updated)
+        active_endpoint(&self.client, &self.api_url(), key, url, categories).await
     }
 
     /// How many deliveries are in each state, read from the store (the
@@ -644,4 +609,52 @@ impl Drop for Stack {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The key and its developer from what `webhooks-api keys create` printed.
+pub fn created_key(output: &std::process::Output) -> anyhow::Result<(String, Uuid)> {
+    anyhow::ensure!(
+        output.status.success(),
+        "keys create: {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let created: Value = serde_json::from_slice(&output.stdout).context("keys create prints JSON")?;
+    let key = created["key"].as_str().context("no key")?.to_owned();
+    let developer = created["api_key"]["owner_id"].as_str().context("no owner_id")?.parse()?;
+    Ok((key, developer))
+}
+
+/// Registers an endpoint for `url` with `categories` (empty: all) under
+/// `key` at `api_url` (`http://<public>/v0`), switches it on and returns
+/// the `Webhook`.
+pub async fn active_endpoint(
+    client: &reqwest::Client,
+    api_url: &str,
+    key: &str,
+    url: &str,
+    categories: &[Category],
+) -> anyhow::Result<Value> {
+    let names: Vec<&str> = categories.iter().map(|c| c.as_str()).collect();
+    let response = client
+        .post(format!("{api_url}/webhooks"))
+        .header("Api-Key", key)
+        .header("Idempotency-Key", Uuid::new_v4().to_string())
+        .json(&json!({ "url": url, "event_categories": names }))
+        .send()
+        .await?;
+    let status = response.status();
+    let created: Value = response.json().await?;
+    anyhow::ensure!(status == 201, "POST /webhooks answered {status}: {created}");
+    let id = created["id"].as_str().context("no endpoint id")?;
+    let response = client
+        .put(format!("{api_url}/webhooks/{id}"))
+        .header("Api-Key", key)
+        .json(&json!({ "status": "active" }))
+        .send()
+        .await?;
+    let status = response.status();
+    let updated: Value = response.json().await?;
+    anyhow::ensure!(status == 200 && updated["status"] == "active", "PUT /webhooks/{id} answered {status}: {updated}");
+    Ok(updated)
 }

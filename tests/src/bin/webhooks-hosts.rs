@@ -33,7 +33,6 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -238,41 +237,7 @@ async fn create_key(system: &mut System, common: &[(String, String)]) -> anyhow:
         .stdin(Stdio::null())
         .output()
         .await?;
-    anyhow::ensure!(output.status.success(), "keys create: {}", String::from_utf8_lossy(&output.stderr));
-    let created: Value = serde_json::from_slice(&output.stdout).context("keys create prints JSON")?;
-    let key = created["key"].as_str().context("no key")?.to_owned();
-    let developer = created["api_key"]["owner_id"].as_str().context("no owner_id")?.parse()?;
-    Ok((key, developer))
-}
-
-async fn active_endpoint(
-    client: &reqwest::Client,
-    api: &str,
-    key: &str,
-    url: &str,
-    names: &[&str],
-) -> anyhow::Result<Value> {
-    let response = client
-        .post(format!("{api}/v0/webhooks"))
-        .header("Api-Key", key)
-        .header("Idempotency-Key", Uuid::new_v4().to_string())
-        .json(&json!({ "url": url, "event_categories": names }))
-        .send()
-        .await?;
-    let status = response.status();
-    let created: Value = response.json().await?;
-    anyhow::ensure!(status == 201, "POST /v0/webhooks answered {status}: {created}");
-    let id = created["id"].as_str().context("no endpoint id")?;
-    let response = client
-        .put(format!("{api}/v0/webhooks/{id}"))
-        .header("Api-Key", key)
-        .json(&json!({ "status": "active" }))
-        .send()
-        .await?;
-    let status = response.status();
-    let updated: Value = response.json().await?;
-    anyhow::ensure!(status == 200, "PUT /v0/webhooks/{id} answered {status}: {updated}");
-    Ok(updated)
+    tests::procs::created_key(&output)
 }
 
 /// One fault of the schedule, done by a task of its own so that the
@@ -451,7 +416,7 @@ async fn run(options: Options) -> anyhow::Result<bool> {
     }
     say(started, "2 APIs and 3 dispatchers ready on their hosts");
 
-    let api1 = format!("http://{}:8080", system.hosts.addr("api1").await?);
+    let api1 = format!("http://{}:8080/v0", system.hosts.addr("api1").await?);
     let mut developers = Vec::new();
     let mut keys = Vec::new();
     for _ in 0..2 {
@@ -462,8 +427,8 @@ async fn run(options: Options) -> anyhow::Result<bool> {
     let mut endpoints = Vec::new();
     for (name, developer, categories) in ENDPOINTS {
         let tally = Tally::start_at(&ca, 50, my_ip).await?;
-        let names: Vec<&str> = categories.iter().map(|c| c.as_str()).collect();
-        let webhook = active_endpoint(&system.client, &api1, &keys[developer], &tally.url(), &names).await?;
+        let webhook =
+            tests::procs::active_endpoint(&system.client, &api1, &keys[developer], &tally.url(), categories).await?;
         tally.serve_endpoint(&webhook, developers[developer], categories)?;
         endpoints.push(Endpoint { name: name.into(), developer, categories: categories.to_vec(), tally });
     }
