@@ -60,7 +60,7 @@ pub fn parse_scopes(requested: Option<&[String]>) -> Result<Vec<Scope>, String> 
     }
     let mut scopes = Vec::with_capacity(requested.len());
     for name in requested {
-        let scope: Scope = name.parse().map_err(|()| format!("unknown scope {name:?}"))?;
+        let scope: Scope = name.parse().map_err(|_| format!("unknown scope {name:?}"))?;
         if !scopes.contains(&scope) {
             scopes.push(scope);
         }

@@ -9,52 +9,51 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// What an API key may do; `<resource>:<action>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
 pub enum Scope {
     /// Everything; only ever alone in a key's scope list.
     #[serde(rename = "platform:api_unrestricted")]
+    #[strum(serialize = "platform:api_unrestricted")]
     Unrestricted,
     /// Read endpoints, events and logs.
     #[serde(rename = "webhooks:read")]
+    #[strum(serialize = "webhooks:read")]
     WebhooksRead,
     /// Create, change, delete endpoints and send events.
     #[serde(rename = "webhooks:write")]
+    #[strum(serialize = "webhooks:write")]
     WebhooksWrite,
     /// List API keys.
     #[serde(rename = "api_keys:read")]
+    #[strum(serialize = "api_keys:read")]
     ApiKeysRead,
     /// Create and delete API keys.
     #[serde(rename = "api_keys:write")]
+    #[strum(serialize = "api_keys:write")]
     ApiKeysWrite,
 }
 
 impl Scope {
     /// Every scope, in a stable order.
-    pub const ALL: [Scope; 5] =
-        [Scope::Unrestricted, Scope::WebhooksRead, Scope::WebhooksWrite, Scope::ApiKeysRead, Scope::ApiKeysWrite];
+    pub const ALL: &'static [Scope] = <Scope as strum::VariantArray>::VARIANTS;
 
     /// The wire name, as stored and returned.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Unrestricted => "platform:api_unrestricted",
-            Scope::WebhooksRead => "webhooks:read",
-            Scope::WebhooksWrite => "webhooks:write",
-            Scope::ApiKeysRead => "api_keys:read",
-            Scope::ApiKeysWrite => "api_keys:write",
-        }
-    }
-}
-
-impl FromStr for Scope {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == s).ok_or(())
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
@@ -123,7 +122,21 @@ pub struct ApiKey {
 }
 
 /// Where an endpoint is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum EndpointStatus {
     /// Receives deliveries.
@@ -137,28 +150,26 @@ pub enum EndpointStatus {
 impl EndpointStatus {
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            EndpointStatus::Active => "active",
-            EndpointStatus::Disabled => "disabled",
-            EndpointStatus::Deleted => "deleted",
-        }
-    }
-}
-
-impl FromStr for EndpointStatus {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "active" => Ok(EndpointStatus::Active),
-            "disabled" => Ok(EndpointStatus::Disabled),
-            "deleted" => Ok(EndpointStatus::Deleted),
-            _ => Err(()),
-        }
+        self.into()
     }
 }
 
 /// Which earlier events an endpoint may list and send.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum EventEpoch {
     /// Only events created after the endpoint.
@@ -171,21 +182,7 @@ pub enum EventEpoch {
 impl EventEpoch {
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            EventEpoch::WebhookCreation => "webhook_creation",
-            EventEpoch::BeginningOfTime => "beginning_of_time",
-        }
-    }
-}
-
-impl FromStr for EventEpoch {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "webhook_creation" => Ok(EventEpoch::WebhookCreation),
-            "beginning_of_time" => Ok(EventEpoch::BeginningOfTime),
-            _ => Err(()),
-        }
+        self.into()
     }
 }
 
@@ -201,8 +198,7 @@ impl FromStr for EventEpoch {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Category(&'static str);
 
-// The contract's categories keep their names as constants, in the style of
-// the variants they once were, for code and tests that name one.
+// The contract's categories have constants, for code and tests that name one.
 #[allow(non_upper_case_globals)]
 impl Category {
     pub const Customer: Category = Category("customer");
@@ -333,7 +329,22 @@ impl utoipa::PartialSchema for Category {
 impl ToSchema for Category {}
 
 /// How an endpoint's deliveries are signed (API.md §6, §8.4).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum SignatureScheme {
     /// RSA-2048, `X-Webhook-Signature: t=<ms>,v0=<base64>` (the original platform's).
@@ -347,27 +358,28 @@ pub enum SignatureScheme {
 impl SignatureScheme {
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            SignatureScheme::Platform => "platform",
-            SignatureScheme::Standard => "standard",
-        }
-    }
-}
-
-impl FromStr for SignatureScheme {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "platform" => Ok(SignatureScheme::Platform),
-            "standard" => Ok(SignatureScheme::Standard),
-            _ => Err(()),
-        }
+        self.into()
     }
 }
 
 /// Whether an endpoint's deliveries keep the order of their events (API.md
 /// §8.5).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryOrder {
     /// Each delivery goes as soon as it can (the default).
@@ -382,21 +394,7 @@ pub enum DeliveryOrder {
 impl DeliveryOrder {
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryOrder::None => "none",
-            DeliveryOrder::Ordered => "ordered",
-        }
-    }
-}
-
-impl FromStr for DeliveryOrder {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "none" => Ok(DeliveryOrder::None),
-            "ordered" => Ok(DeliveryOrder::Ordered),
-            _ => Err(()),
-        }
+        self.into()
     }
 }
 
@@ -656,7 +654,7 @@ mod tests {
             assert_eq!(c.as_str().parse::<Category>(), Ok(c));
             assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
         }
-        for s in Scope::ALL {
+        for &s in Scope::ALL {
             assert_eq!(s.as_str().parse::<Scope>(), Ok(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

@@ -18,8 +18,9 @@ use crate::RetrySchedule;
 /// a developer's events within their fair share go to `default`, the rest,
 /// and backlogs by nature (recovery, sweeps, dead-letter replays), to `bulk`,
 /// which may hold at most three quarters of a dispatcher's slots.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Lane {
     #[default]
     Default,
@@ -33,10 +34,7 @@ impl Lane {
 
     /// The stored name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Lane::Default => "default",
-            Lane::Bulk => "bulk",
-        }
+        self.into()
     }
 }
 

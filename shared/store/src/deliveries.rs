@@ -8,7 +8,8 @@ use webhooks_model::Lane;
 use webhooks_model::DeliveryLog;
 
 /// Where a delivery is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum DeliveryState {
     /// Kept for a disabled endpoint; delivered only by `send`.
     Held,
@@ -29,15 +30,7 @@ pub enum DeliveryState {
 impl DeliveryState {
     /// The stored name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Held => "held",
-            DeliveryState::Pending => "pending",
-            DeliveryState::Retrying => "retrying",
-            DeliveryState::Waiting => "waiting",
-            DeliveryState::Succeeded => "succeeded",
-            DeliveryState::Failed => "failed",
-            DeliveryState::Cancelled => "cancelled",
-        }
+        self.into()
     }
 }
 

@@ -184,8 +184,8 @@ pub(crate) fn parse_names<S: AsRef<str>>(
 ) -> Result<(EndpointStatus, EventEpoch, Vec<Category>), crate::StoreError> {
     let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
     Ok((
-        status.parse().map_err(|()| corrupt("status"))?,
-        event_epoch.parse().map_err(|()| corrupt("event_epoch"))?,
+        status.parse().map_err(|_| corrupt("status"))?,
+        event_epoch.parse().map_err(|_| corrupt("event_epoch"))?,
         categories
             .iter()
             .map(|c| Category::intern(c.as_ref()).ok_or_else(|| corrupt("category")))
@@ -335,7 +335,7 @@ pub(crate) fn parse_controls(
     let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
     let limit =
         rate_limit.map(|limit| u32::try_from(limit).map_err(|_| corrupt("rate_limit_per_second"))).transpose()?;
-    Ok((ordering.parse().map_err(|()| corrupt("ordering"))?, limit))
+    Ok((ordering.parse().map_err(|_| corrupt("ordering"))?, limit))
 }
 
 /// The stored names of an endpoint's optional parts.
@@ -350,7 +350,7 @@ pub(crate) fn parse_optional(
         Some("failing") => Some(DisabledReason::Failing),
         Some(_) => return Err(corrupt("disabled_reason")),
     };
-    Ok((scheme.parse().map_err(|()| corrupt("signature_scheme"))?, reason))
+    Ok((scheme.parse().map_err(|_| corrupt("signature_scheme"))?, reason))
 }
 
 /// The replaced key of a row, when all its parts are there.
@@ -365,7 +365,7 @@ pub(crate) fn previous_key(
         (Some(scheme), Some(public_key), Some(private_key), Some(expires_at)) => Ok(Some(StoredKey {
             scheme: scheme
                 .parse()
-                .map_err(|()| crate::StoreError::Corrupt(format!("endpoint {id}: bad previous_scheme")))?,
+                .map_err(|_| crate::StoreError::Corrupt(format!("endpoint {id}: bad previous_scheme")))?,
             public_key,
             private_key,
             expires_at,
