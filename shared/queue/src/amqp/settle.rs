@@ -1,17 +1,16 @@
 //! Acknowledging messages in bulk. Handlers report each message's fate here;
 //! one task per broker session turns whatever has gathered into as few frames
 //! as it can: one `basic.ack` with `multiple` for every ack below the lowest
-//! message still in flight, and single nacks. An ack above that message
-//! waits for it to settle (then one `multiple` ack covers both), since each
-//! frame costs the broker about as much as the message it settles (a single
-//! ack per message doubled RabbitMQ's CPU per delivery). It goes on its own
-//! only when waiting would cost more than the frame: once that message has
-//! been in flight for [`STUCK`] (an attempt to an endpoint that hangs), or
-//! once the acks waiting fill a quarter of the prefetch window, as an ack not
-//! sent keeps its message in the window. Under a full CPU every message is in
-//! flight for a while (the window ÷ the deliveries per second: 150 ms for two
-//! dispatchers sharing two cores), so "slow" is judged by those two bounds,
-//! not by a short hold.
+//! message still in flight, and single nacks. An ack above that message waits
+//! for it to settle (then one `multiple` ack covers both), since each frame
+//! costs the broker about as much as the message it settles. It goes on its own
+//! only when waiting would cost more than the frame: once that message has been
+//! in flight for [`STUCK`] (an attempt to an endpoint that hangs), or once the
+//! acks waiting fill a quarter of the prefetch window, as an ack not sent keeps
+//! its message in the window. Under a full CPU every message is in flight for a
+//! while (the window ÷ the deliveries per second: 150 ms for two dispatchers
+//! sharing two cores), so "slow" is judged by those two bounds, not by a short
+//! hold.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

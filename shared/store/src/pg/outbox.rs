@@ -25,7 +25,8 @@ pub enum OutboxItem {
     Delivery(DueDelivery),
     /// An endpoint changed.
     Change(EndpointChanged),
-    /// A message an earlier version stored whole, with where it goes.
+    /// A message stored whole (rows written before the outbox named
+    /// deliveries), with where it goes.
     Stored { exchange: String, routing_key: String, payload: Vec<u8> },
     /// The delivery or change it names is gone (retention): nothing to send.
     Gone,
