@@ -250,9 +250,21 @@ impl Relay {
             if read_outbox {
                 // A stalled broker (memory or disk alarm) must not hold the
                 // outbox rows locked for ever: give up the round and reconnect.
-                let published = tokio::time::timeout(CONFIRM_TIMEOUT, self.publish_batch(channel))
-                    .await
-                    .map_err(|_| anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}"))??;
+                let round = tokio::time::timeout(CONFIRM_TIMEOUT, self.publish_batch(channel));
+                tokio::pin!(round);
+                // A round of a long outbox (a recovery, a sweep) waits for
+                // the database and the broker's confirms; first attempts
+                // handed over meanwhile go out at once, not after it.
+                let published = loop {
+                    tokio::select! {
+                        biased;
+                        Some(batch) = ready.recv() => self.publish_ready(channel, batch, confirming).await?,
+                        Some(unconfirmed) = confirming.next() => self.unpublished.write(unconfirmed).await,
+                        round = &mut round => {
+                            break round.map_err(|_| anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}"))??;
+                        }
+                    }
+                };
                 read_outbox = published == BATCH as usize;
             }
             if shutdown.is_cancelled() {
@@ -262,10 +274,6 @@ impl Relay {
                 return Ok(());
             }
             if read_outbox {
-                // A backlog in the outbox: hand-overs go out between its batches.
-                if let Ok(batch) = ready.try_recv() {
-                    self.publish_ready(channel, batch, confirming).await?;
-                }
                 continue;
             }
             tokio::select! {
