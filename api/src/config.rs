@@ -84,8 +84,14 @@ pub struct Config {
 
     /// Events a recovery goes through per transaction; each batch is followed
     /// by a pause at least as long, so recoveries never starve ingest.
-    #[arg(long, env = "RECOVERY_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, env = "RECOVERY_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub recovery_batch: u32,
+
+    /// Deliveries recoveries may queue per second, in all, per API process
+    /// (0: as fast as the batches go). Recovered events are delivered
+    /// beside live traffic; this keeps them from taking the capacity it needs.
+    #[arg(long, env = "RECOVERY_RATE", default_value_t = 500)]
+    pub recovery_rate: u32,
 
     /// Faults a test injects; all off otherwise.
     #[arg(skip)]

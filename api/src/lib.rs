@@ -181,7 +181,7 @@ async fn serve(
     let recoveries = recoveries::Recoveries::start(
         store.clone(),
         producer.clone(),
-        config.recovery_batch,
+        (config.recovery_batch, config.recovery_rate),
         &tasks,
         background.clone(),
     );

@@ -6,9 +6,11 @@
 //!
 //! Recovery work has a budget of its own: one statement at a time per
 //! process (the count a `POST …/recover` answers with included), and after
-//! each batch a pause at least as long as the batch took. However many
-//! recoveries run, they hold one of the process's database connections at
-//! most half of the time, and ingest keeps the rest.
+//! each batch a pause at least as long as the batch took and long enough to
+//! keep to `RECOVERY_RATE` deliveries per second. However many recoveries
+//! run, they hold one of the process's database connections at most half of
+//! the time, and what they queue reaches the dispatchers at a pace that
+//! leaves live traffic its share.
 
 use std::{sync::Arc, time::Duration};
 
@@ -37,18 +39,24 @@ pub struct Recoveries {
 }
 
 impl Recoveries {
-    /// Starts the worker on `tasks` until `shutdown`, queueing `batch`
-    /// events per transaction; `producer` is told when something was queued.
+    /// Starts the worker on `tasks` until `shutdown`, going through `batch`
+    /// events per transaction and queueing at most `rate` deliveries per
+    /// second (0: no limit); `producer` is told when something was queued.
     pub fn start(
         store: Store,
         producer: Producer,
-        batch: u32,
+        (batch, rate): (u32, u32),
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Recoveries {
         let recoveries = Recoveries { store, budget: Arc::new(Semaphore::new(1)), wake: Arc::default() };
-        let worker =
-            Worker { recoveries: recoveries.clone(), producer, owner: Uuid::new_v4(), batch: i64::from(batch) };
+        let worker = Worker {
+            recoveries: recoveries.clone(),
+            producer,
+            owner: Uuid::new_v4(),
+            batch: i64::from(batch),
+            rate: f64::from(rate),
+        };
         tasks.spawn(worker.run(shutdown));
         recoveries
     }
@@ -72,6 +80,8 @@ struct Worker {
     /// This process, as the holder of the recoveries it works on.
     owner: Uuid,
     batch: i64,
+    /// Deliveries per second; 0: no limit.
+    rate: f64,
 }
 
 impl Worker {
@@ -123,7 +133,7 @@ impl Worker {
             let _turn = self.recoveries.budget.acquire().await;
             self.recoveries.store.recovery_step(recovery, self.owner, self.batch, LEASE).await
         };
-        let done = match stepped {
+        let (done, queued) = match stepped {
             Ok(step) => {
                 if step.queued > 0 {
                     self.producer.wake();
@@ -131,15 +141,16 @@ impl Worker {
                 if step.done {
                     tracing::info!(recovery_id = %recovery.id, endpoint_id = %recovery.endpoint_id, "recovery done");
                 }
-                step.done
+                (step.done, step.queued)
             }
             Err(error) => {
                 tracing::warn!(%error, recovery_id = %recovery.id, "a recovery batch failed; trying again");
                 let _ = self.recoveries.store.recovery_failed(recovery.id, &error.to_string()).await;
-                false
+                (false, 0)
             }
         };
-        tokio::time::sleep(started.elapsed().max(PAUSE)).await;
+        let paced = if self.rate > 0.0 { Duration::from_secs_f64(queued as f64 / self.rate) } else { Duration::ZERO };
+        tokio::time::sleep(started.elapsed().max(PAUSE).max(paced)).await;
         done
     }
 }

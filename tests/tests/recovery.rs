@@ -233,3 +233,32 @@ async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
+
+/// `RECOVERY_RATE` paces what recoveries queue: 100 deliveries at 50 a
+/// second take at least two seconds, whatever the batches could do.
+#[tests::test]
+async fn a_recovery_keeps_to_its_rate() {
+    let options = ApiOptions {
+        extra_args: vec!["--recovery-batch".into(), "10".into(), "--recovery-rate".into(), "50".into()],
+        ..ApiOptions::default()
+    };
+    let api = TestApi::start_with(options).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let started = webhooks_model::time::now();
+    ingest_many(&api, key.developer_id(), "customer", 100, 16).await;
+
+    let asked = std::time::Instant::now();
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, 100);
+    let path = format!("/webhooks/{}/recover", id(&webhook));
+    let done = eventually("the recovery is done", WAIT, async || {
+        let shown = api.get(&path, &key).await.expect(200).clone();
+        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await;
+    assert_eq!(done["queued"].as_i64(), Some(100), "{done}");
+    // Ten batches of ten, each followed by a pause of 10 / 50 s.
+    assert!(asked.elapsed() >= Duration::from_millis(1800), "done in {:?}", asked.elapsed());
+    api.shutdown().await.unwrap();
+}

@@ -134,9 +134,19 @@ pub struct RecoveryWindow {
 pub(crate) struct RecoveryBatch {
     /// Deliveries queued by this batch.
     pub(crate) queued: u64,
-    /// The sequence of the last event the batch looked at; `None` when it
-    /// found none: the window is done.
+    /// The last sequence the batch covered, where the next one starts;
+    /// `None` when the range was done already.
     pub(crate) last_sequence: Option<i64>,
+}
+
+impl RecoveryBatch {
+    /// The end of the batch after sequence `after` of a range ending at
+    /// `until`: `limit` sequences at most, so a batch reads at most `limit`
+    /// events (a developer's sequences have no gaps but those of retention)
+    /// whatever plan the database picks. `None` once the range is done.
+    pub(crate) fn slice_end(after: i64, until: i64, limit: i64) -> Option<i64> {
+        (after < until).then(|| until.min(after.saturating_add(limit)))
+    }
 }
 
 /// How `send` ended.

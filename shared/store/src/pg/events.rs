@@ -323,7 +323,10 @@ impl PgStore {
 
     pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
         let count: i64 = sqlx::query_scalar(&format!(
-            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+            "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
+                               WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
+                  wanted AS ({WANTED})
+             SELECT count(*) FROM wanted"
         ))
         .bind(endpoint.developer_id)
         .bind(&endpoint.id)
@@ -342,19 +345,31 @@ impl PgStore {
 }
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the
-/// next `limit` events of the window after event sequence `after` (as `send`
-/// does: one forced attempt, a new generation, in the bulk lane). A delivery
-/// that is pending or retrying is left alone, so nothing is queued twice.
+/// developer's next `limit` event sequences after `after`, up to `until` (the
+/// window's last when the recovery started), as `send` does: one forced
+/// attempt, a new generation, in the bulk lane. A delivery that is pending or
+/// retrying is left alone, so nothing is queued twice.
+///
+/// A batch is one slice of the `(developer_id, sequence)` index that the
+/// window, categories and event types filter: whatever the planner's
+/// statistics say (a burst of events not analyzed yet), a batch reads
+/// `limit` events, never the whole window again.
 pub(super) async fn recover_batch(
     tx: &mut sqlx::PgConnection,
     endpoint: &EndpointRecord,
     window: RecoveryWindow,
-    after: i64,
+    (after, until): (i64, i64),
     limit: i64,
 ) -> StoreResult<RecoveryBatch> {
     {
-        let (queued, last_sequence): (i64, Option<i64>) = sqlx::query_as(&format!(
-            "WITH scanned AS ({SCANNED}),
+        let Some(upto) = RecoveryBatch::slice_end(after, until, limit) else {
+            return Ok(RecoveryBatch { queued: 0, last_sequence: None });
+        };
+        let queued: i64 = sqlx::query_scalar(&format!(
+            "WITH slice AS (SELECT e.id, e.sequence, e.created_at, e.category, e.event_type FROM events e
+                             WHERE e.developer_id = $1 AND e.sequence > $5 AND e.sequence <= $11
+                             ORDER BY e.sequence LIMIT $9),
+                  scanned AS (SELECT e.id, e.sequence, e.created_at FROM slice e WHERE {MEANT}),
                   wanted AS ({WANTED}),
                   armed AS (
                       INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
@@ -371,7 +386,7 @@ pub(super) async fn recover_batch(
                       INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
                       SELECT '', '', 'bulk', id, generation, true FROM armed
                       RETURNING 1)
-             SELECT (SELECT count(*) FROM queued), (SELECT max(sequence) FROM scanned)"
+             SELECT count(*) FROM queued"
         ))
         .bind(endpoint.developer_id)
         .bind(&endpoint.id)
@@ -383,27 +398,27 @@ pub(super) async fn recover_batch(
         .bind(endpoint.created_at)
         .bind(limit)
         .bind(&endpoint.event_types)
+        .bind(upto)
         .fetch_one(tx)
         .await?;
-        Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence })
+        Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence: Some(upto) })
     }
 }
 
-/// The window's events meant for endpoint `$2` of developer `$1` (categories
-/// `$6`, event types `$10`, epoch: `$7` or created since `$8`), after sequence
-/// `$5`, at most `$9`.
-const SCANNED: &str = "
-    SELECT e.id, e.sequence, e.created_at FROM events e
-     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+/// Whether event `e` of developer `$1` is in the window (`$3` to `$4`) and
+/// meant for endpoint `$2`: categories `$6`, event types `$10`, epoch (`$7`,
+/// or created since `$8`).
+const MEANT: &str = "
+    e.created_at >= $3 AND e.created_at < $4
        AND (cardinality($6::text[]) = 0 OR e.category = ANY ($6))
        AND (cardinality($10::text[]) = 0 OR e.event_type IS NULL OR e.event_type = ANY ($10))
-       AND ($7 OR e.created_at >= $8)
-     ORDER BY e.sequence LIMIT $9";
+       AND ($7 OR e.created_at >= $8)";
 
-/// Of those, the ones whose delivery failed or is upcoming: held, or never
-/// made for an event from before a `beginning_of_time` endpoint (as
-/// `upcoming_events` lists them). An event that never had a delivery for
-/// other reasons (its category was added later) was never upcoming.
+/// Of the events meant (`scanned`), the ones whose delivery failed or is
+/// upcoming: held, or never made for an event from before a
+/// `beginning_of_time` endpoint (as `upcoming_events` lists them). An event
+/// that never had a delivery for other reasons (its category was added
+/// later) was never upcoming.
 const WANTED: &str = "
     SELECT s.id, s.sequence, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id

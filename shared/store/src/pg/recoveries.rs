@@ -56,10 +56,15 @@ impl From<Row> for Recovery {
 
 impl PgStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        // The window as a range of the developer's event sequences, fixed
+        // now: the batches walk it by the (developer_id, sequence) index.
         let started: Result<Row, sqlx::Error> = sqlx::query_as(&format!(
-            "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, now(), now())
+            "WITH bounds AS (SELECT min(sequence) AS first, max(sequence) AS last FROM events
+                              WHERE developer_id = $3 AND created_at >= $4 AND created_at < $5)
+             INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
+                                     after_sequence, until_sequence, created_at, updated_at)
+             SELECT $1, $2, $3, $4, $5, 'running', $6, $7, coalesce(first - 1, 0), coalesce(last, 0), now(), now()
+               FROM bounds
              RETURNING {COLUMNS}"
         ))
         .bind(new.id)
@@ -129,18 +134,19 @@ impl PgStore {
     ) -> StoreResult<RecoveryStep> {
         let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
         let mut tx = self.pool.begin().await?;
-        let held: Option<i64> = sqlx::query_scalar(
-            "SELECT after_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
+        let held: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT after_sequence, until_sequence FROM recoveries
+              WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
         )
         .bind(recovery.id)
         .bind(owner)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(after) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let Some(range) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
         let done = match endpoint {
             // Deleted since: nothing more to queue.
             None => RecoveryBatch { queued: 0, last_sequence: None },
-            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, after, batch).await?,
+            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, range, batch).await?,
         };
         match done.last_sequence {
             Some(last) => {

@@ -240,7 +240,10 @@ impl SqliteStore {
 
     pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
         let count: i64 = sqlx::query_scalar(&format!(
-            "WITH scanned AS ({SCANNED}), wanted AS ({WANTED}) SELECT count(*) FROM wanted"
+            "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
+                               WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
+                  wanted AS ({WANTED})
+             SELECT count(*) FROM wanted"
         ))
         .bind(endpoint.developer_id.hyphenated())
         .bind(&endpoint.id)
@@ -259,22 +262,27 @@ impl SqliteStore {
 }
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the
-/// next `limit` events of the window after event sequence `after` (see the
-/// PostgreSQL store's `recover_batch`).
+/// developer's next `limit` event sequences after `after`, up to `until`
+/// (see the PostgreSQL store's `recover_batch`).
 pub(super) async fn recover_batch(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     endpoint: &EndpointRecord,
     window: RecoveryWindow,
-    after: i64,
+    (after, until): (i64, i64),
     limit: i64,
 ) -> StoreResult<RecoveryBatch> {
     {
+        let Some(upto) = RecoveryBatch::slice_end(after, until, limit) else {
+            return Ok(RecoveryBatch { queued: 0, last_sequence: None });
+        };
         let now = micros(webhooks_model::time::now());
-        // The window's next events, each marked whether it is to be queued;
-        // the last one's sequence is where the next batch starts.
+        // The slice's events, each marked whether it is to be queued.
         let scanned: Vec<(String, i64, i64, bool)> = sqlx::query_as(&format!(
-            "WITH scanned AS ({SCANNED})
-             SELECT s.id, s.created_at, s.sequence, s.id IN (SELECT id FROM ({WANTED})) FROM scanned s
+            "WITH slice AS (SELECT e.id, e.sequence, e.created_at, e.category, e.event_type FROM events e
+                             WHERE e.developer_id = $1 AND e.sequence > $5 AND e.sequence <= $11
+                             ORDER BY e.sequence LIMIT $9),
+                  scanned AS (SELECT e.id, e.sequence, e.created_at FROM slice e WHERE {MEANT})
+             SELECT s.id, s.created_at, s.sequence, s.id IN (SELECT id FROM ({WANTED})) FROM slice s
               ORDER BY s.sequence"
         ))
         .bind(endpoint.developer_id.hyphenated())
@@ -287,9 +295,9 @@ pub(super) async fn recover_batch(
         .bind(micros(endpoint.created_at))
         .bind(limit)
         .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
+        .bind(upto)
         .fetch_all(&mut **tx)
         .await?;
-        let last_sequence = scanned.last().map(|row| row.2);
         let wanted = scanned.into_iter().filter(|row| row.3);
         let mut queued = 0;
         for (event_id, created_at, sequence, _) in wanted {
@@ -314,25 +322,24 @@ pub(super) async fn recover_batch(
             .await?
             .rows_affected();
         }
-        Ok(RecoveryBatch { queued, last_sequence })
+        Ok(RecoveryBatch { queued, last_sequence: Some(upto) })
     }
 }
 
-/// The window's events meant for endpoint `$2` of developer `$1` (categories
-/// `$6` and event types `$10` as JSON lists, epoch: `$7` or created since
-/// `$8`), after sequence `$5`, at most `$9`.
-const SCANNED: &str = "
-    SELECT e.id, e.sequence, e.created_at FROM events e
-     WHERE e.developer_id = $1 AND e.created_at >= $3 AND e.created_at < $4 AND e.sequence > $5
+/// Whether event `e` of developer `$1` is in the window (`$3` to `$4`) and
+/// meant for endpoint `$2`: categories `$6` and event types `$10` as JSON
+/// lists, epoch (`$7`, or created since `$8`).
+const MEANT: &str = "
+    e.created_at >= $3 AND e.created_at < $4
        AND (json_array_length($6) = 0 OR e.category IN (SELECT value FROM json_each($6)))
        AND (json_array_length($10) = 0 OR e.event_type IS NULL OR e.event_type IN (SELECT value FROM json_each($10)))
-       AND ($7 OR e.created_at >= $8)
-     ORDER BY e.sequence LIMIT $9";
+       AND ($7 OR e.created_at >= $8)";
 
-/// Of those, the ones whose delivery failed or is upcoming: held, or never
-/// made for an event from before a `beginning_of_time` endpoint (as
-/// `upcoming_events` lists them). An event that never had a delivery for
-/// other reasons (its category was added later) was never upcoming.
+/// Of the events meant (`scanned`), the ones whose delivery failed or is
+/// upcoming: held, or never made for an event from before a
+/// `beginning_of_time` endpoint (as `upcoming_events` lists them). An event
+/// that never had a delivery for other reasons (its category was added
+/// later) was never upcoming.
 const WANTED: &str = "
     SELECT s.id, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id

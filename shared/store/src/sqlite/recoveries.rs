@@ -66,10 +66,14 @@ impl SqliteStore {
         if let Some(running) = running {
             return Ok(RecoveryStart::Running(running.try_into()?));
         }
+        // The window as a range of the developer's event sequences, fixed
+        // now: the batches walk it by the (developer_id, sequence) index.
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)
+                                     after_sequence, until_sequence, created_at, updated_at)
+             SELECT $1, $2, $3, $4, $5, 'running', $6, $7, coalesce(min(sequence) - 1, 0),
+                    coalesce(max(sequence), 0), $8, $8
+               FROM events WHERE developer_id = $3 AND created_at >= $4 AND created_at < $5
              RETURNING {COLUMNS}"
         ))
         .bind(new.id.hyphenated())
@@ -129,17 +133,17 @@ impl SqliteStore {
     ) -> StoreResult<RecoveryStep> {
         let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
         let mut tx = self.begin().await?;
-        let held: Option<i64> = sqlx::query_scalar(
-            "SELECT after_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running'",
+        let held: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT after_sequence, until_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running'",
         )
         .bind(recovery.id.hyphenated())
         .bind(owner.hyphenated())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(after) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let Some(range) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
         let done = match endpoint {
             None => RecoveryBatch { queued: 0, last_sequence: None },
-            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, after, batch).await?,
+            Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, range, batch).await?,
         };
         let now = now();
         match done.last_sequence {
