@@ -82,8 +82,8 @@ pub struct Config {
     #[arg(long, env = "SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
 
-    /// Events a recovery goes through per transaction; each batch is followed
-    /// by a pause at least as long, so recoveries never starve ingest.
+    /// Event sequences a recovery goes through per transaction; each batch is
+    /// followed by a pause at least as long, so recoveries never starve ingest.
     #[arg(long, env = "RECOVERY_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub recovery_batch: u32,
 

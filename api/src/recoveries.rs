@@ -113,7 +113,9 @@ impl Worker {
                     if shutdown.is_cancelled() {
                         break 'work;
                     }
-                    if !self.step(&recovery).await {
+                    // A slow pass (a low RECOVERY_RATE) stops for the
+                    // renewal before the leases lapse.
+                    if tokio::time::Instant::now() >= renew_at || !self.step(&recovery, &shutdown).await {
                         still.push(recovery);
                     }
                 }
@@ -127,7 +129,7 @@ impl Worker {
 
     /// One batch of `recovery`, under the budget, then the pause; whether
     /// it is done.
-    async fn step(&self, recovery: &Recovery) -> bool {
+    async fn step(&self, recovery: &Recovery, shutdown: &CancellationToken) -> bool {
         let started = tokio::time::Instant::now();
         let stepped = {
             let _turn = self.recoveries.budget.acquire().await;
@@ -150,7 +152,10 @@ impl Worker {
             }
         };
         let paced = if self.rate > 0.0 { Duration::from_secs_f64(queued as f64 / self.rate) } else { Duration::ZERO };
-        tokio::time::sleep(started.elapsed().max(PAUSE).max(paced)).await;
+        tokio::select! {
+            () = tokio::time::sleep(started.elapsed().max(PAUSE).max(paced)) => {}
+            () = shutdown.cancelled() => {}
+        }
         done
     }
 }

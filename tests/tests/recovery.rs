@@ -262,3 +262,48 @@ async fn a_recovery_keeps_to_its_rate() {
     assert!(asked.elapsed() >= Duration::from_millis(1800), "done in {:?}", asked.elapsed());
     api.shutdown().await.unwrap();
 }
+
+/// A recovery stored without its range of event sequences (by an API older
+/// than the range, during a rolling upgrade) gets it at its first batch:
+/// it queues its window's deliveries, each once, and nothing from before.
+#[tests::test]
+async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once() {
+    const BEFORE: usize = 20;
+    const EVENTS: usize = 200;
+    let mut api = TestApi::start_with(batches_of_ten()).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url() })).await;
+    let earlier = ingest_many(&api, key.developer_id(), "customer", BEFORE, 8).await;
+    let since = webhooks_model::time::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let events = ingest_many(&api, key.developer_id(), "customer", EVENTS, 8).await;
+    assert!(earlier.iter().all(|event| at(event) < since), "an earlier event is in the window");
+
+    let window = json!({ "since": webhooks_model::time::format(&since) });
+    assert_eq!(recover(&api, &key, &webhook, window).await, EVENTS as u64);
+    api.stop().await.unwrap();
+    let cut = api.store.latest_recovery(&id(&webhook)).await.unwrap().unwrap();
+    assert!(cut.running && cut.queued < EVENTS as i64, "the stop came after the recovery: {cut:?}");
+    // As an older API leaves its row: no range, the cursor at the start.
+    api.execute_sql(
+        "UPDATE recoveries SET until_sequence = NULL, after_sequence = 0 WHERE endpoint_id = $1",
+        &id(&webhook),
+    )
+    .await;
+
+    api.restart().await.unwrap();
+    let path = format!("/webhooks/{}/recover", id(&webhook));
+    eventually("the recovery goes on to the end", WAIT, async || {
+        let shown = api.get(&path, &key).await.expect(200).clone();
+        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await;
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+    wait_for_events(&receiver, &ids, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), EVENTS, "an event came twice, or one from before the window");
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}

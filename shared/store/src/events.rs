@@ -141,9 +141,9 @@ pub(crate) struct RecoveryBatch {
 
 impl RecoveryBatch {
     /// The end of the batch after sequence `after` of a range ending at
-    /// `until`: `limit` sequences at most, so a batch reads at most `limit`
-    /// events (a developer's sequences have no gaps but those of retention)
-    /// whatever plan the database picks. `None` once the range is done.
+    /// `until`: `limit` sequences at most. A developer's sequences are
+    /// unique, so a batch reads at most `limit` events whatever plan the
+    /// database picks. `None` once the range is done.
     pub(crate) fn slice_end(after: i64, until: i64, limit: i64) -> Option<i64> {
         (after < until).then(|| until.min(after.saturating_add(limit)))
     }

@@ -250,19 +250,25 @@ impl Relay {
             if read_outbox {
                 // A stalled broker (memory or disk alarm) must not hold the
                 // outbox rows locked for ever: give up the round and reconnect.
-                let round = tokio::time::timeout(CONFIRM_TIMEOUT, self.publish_batch(channel));
+                let deadline = tokio::time::Instant::now() + CONFIRM_TIMEOUT;
+                let stalled = || anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}");
+                let round = tokio::time::timeout_at(deadline, self.publish_batch(channel));
                 tokio::pin!(round);
                 // A round of a long outbox (a recovery, a sweep) waits for
                 // the database and the broker's confirms; first attempts
-                // handed over meanwhile go out at once, not after it.
+                // handed over meanwhile go out at once, not after it. The
+                // round comes first whenever it can move, and what is
+                // published beside it is bound by the same deadline.
                 let published = loop {
                     tokio::select! {
                         biased;
-                        Some(batch) = ready.recv() => self.publish_ready(channel, batch, confirming).await?,
-                        Some(unconfirmed) = confirming.next() => self.unpublished.write(unconfirmed).await,
-                        round = &mut round => {
-                            break round.map_err(|_| anyhow::anyhow!("no confirms within {CONFIRM_TIMEOUT:?}"))??;
+                        round = &mut round => break round.map_err(|_| stalled())??,
+                        Some(batch) = ready.recv() => {
+                            tokio::time::timeout_at(deadline, self.publish_ready(channel, batch, confirming))
+                                .await
+                                .map_err(|_| stalled())??;
                         }
+                        Some(unconfirmed) = confirming.next() => self.unpublished.write(unconfirmed).await,
                     }
                 };
                 read_outbox = published == BATCH as usize;

@@ -134,7 +134,7 @@ impl PgStore {
     ) -> StoreResult<RecoveryStep> {
         let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
         let mut tx = self.pool.begin().await?;
-        let held: Option<(i64, i64)> = sqlx::query_as(
+        let held: Option<(i64, Option<i64>)> = sqlx::query_as(
             "SELECT after_sequence, until_sequence FROM recoveries
               WHERE id = $1 AND owner = $2 AND state = 'running' FOR UPDATE",
         )
@@ -142,7 +142,28 @@ impl PgStore {
         .bind(owner)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(range) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let range = match held {
+            None => return Ok(RecoveryStep { queued: 0, done: true }),
+            Some((after, Some(until))) => (after, until),
+            // Started without its range (see the migration): fixed now.
+            Some((_, None)) => {
+                sqlx::query_as(
+                    "UPDATE recoveries r
+                        SET after_sequence = greatest(r.after_sequence, coalesce(b.first - 1, 0)),
+                            until_sequence = coalesce(b.last, 0)
+                       FROM (SELECT min(sequence) AS first, max(sequence) AS last FROM events
+                              WHERE developer_id = $2 AND created_at >= $3 AND created_at < $4) b
+                      WHERE r.id = $1
+                  RETURNING r.after_sequence, r.until_sequence",
+                )
+                .bind(recovery.id)
+                .bind(recovery.developer_id)
+                .bind(recovery.window.since)
+                .bind(recovery.window.until)
+                .fetch_one(&mut *tx)
+                .await?
+            }
+        };
         let done = match endpoint {
             // Deleted since: nothing more to queue.
             None => RecoveryBatch { queued: 0, last_sequence: None },

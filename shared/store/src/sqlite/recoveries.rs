@@ -133,14 +133,37 @@ impl SqliteStore {
     ) -> StoreResult<RecoveryStep> {
         let endpoint = self.get_endpoint(recovery.developer_id, &recovery.endpoint_id).await?;
         let mut tx = self.begin().await?;
-        let held: Option<(i64, i64)> = sqlx::query_as(
+        let held: Option<(i64, Option<i64>)> = sqlx::query_as(
             "SELECT after_sequence, until_sequence FROM recoveries WHERE id = $1 AND owner = $2 AND state = 'running'",
         )
         .bind(recovery.id.hyphenated())
         .bind(owner.hyphenated())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(range) = held else { return Ok(RecoveryStep { queued: 0, done: true }) };
+        let range = match held {
+            None => return Ok(RecoveryStep { queued: 0, done: true }),
+            Some((after, Some(until))) => (after, until),
+            // Started before the data directory's migration 0010: fixed now.
+            Some((_, None)) => {
+                sqlx::query_as(
+                    "UPDATE recoveries
+                        SET after_sequence = max(after_sequence, coalesce(
+                                (SELECT min(sequence) - 1 FROM events
+                                  WHERE developer_id = $2 AND created_at >= $3 AND created_at < $4), 0)),
+                            until_sequence = coalesce(
+                                (SELECT max(sequence) FROM events
+                                  WHERE developer_id = $2 AND created_at >= $3 AND created_at < $4), 0)
+                      WHERE id = $1
+                  RETURNING after_sequence, until_sequence",
+                )
+                .bind(recovery.id.hyphenated())
+                .bind(recovery.developer_id.hyphenated())
+                .bind(micros(recovery.window.since))
+                .bind(micros(recovery.window.until))
+                .fetch_one(&mut *tx)
+                .await?
+            }
+        };
         let done = match endpoint {
             None => RecoveryBatch { queued: 0, last_sequence: None },
             Some(endpoint) => super::events::recover_batch(&mut tx, &endpoint, recovery.window, range, batch).await?,
