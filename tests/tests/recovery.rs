@@ -16,6 +16,15 @@ async fn recover(api: &TestApi, key: &DeveloperKey, webhook: &Value, window: Val
     body["queued"].as_u64().unwrap_or_else(|| panic!("no queued count: {body}"))
 }
 
+/// The recovery `GET {path}` shows, once it is done.
+async fn finished(api: &TestApi, key: &DeveloperKey, path: &str) -> Value {
+    eventually("the recovery is done", WAIT, async || {
+        let shown = api.get(path, key).await.expect(200).clone();
+        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
+    })
+    .await
+}
+
 fn at(event: &Value) -> chrono::DateTime<chrono::Utc> {
     expect::timestamp(&event["event_created_at"])
 }
@@ -184,11 +193,7 @@ async fn one_recovery_runs_per_endpoint_and_its_progress_is_shown() {
     let named = running["id"].as_str().unwrap();
     assert!(body["message"].as_str().is_some_and(|m| m.contains(named)), "the running recovery is not named: {body}");
 
-    let done = eventually("the recovery is done", WAIT, async || {
-        let shown = api.get(&path, &key).await.expect(200).clone();
-        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
-    })
-    .await;
+    let done = finished(&api, &key, &path).await;
     assert_eq!((done["id"].as_str(), done["queued"].as_i64()), (Some(named), Some(300)), "{done}");
     assert!(done["finished_at"].is_string(), "{done}");
     // Queued and not delivered yet (no dispatcher): nothing left to recover.
@@ -219,11 +224,7 @@ async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
 
     api.restart().await.unwrap();
     let path = format!("/webhooks/{}/recover", id(&webhook));
-    let done = eventually("the recovery goes on to the end", WAIT, async || {
-        let shown = api.get(&path, &key).await.expect(200).clone();
-        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
-    })
-    .await;
+    let done = finished(&api, &key, &path).await;
     assert_eq!(done["queued"].as_i64(), Some(EVENTS as i64), "{done}");
     let mut dispatcher = api.start_dispatcher().await.unwrap();
     let ids: Vec<String> = events.iter().map(event_id).collect();
@@ -252,11 +253,7 @@ async fn a_recovery_keeps_to_its_rate() {
     let asked = std::time::Instant::now();
     assert_eq!(recover(&api, &key, &webhook, since(started)).await, 100);
     let path = format!("/webhooks/{}/recover", id(&webhook));
-    let done = eventually("the recovery is done", WAIT, async || {
-        let shown = api.get(&path, &key).await.expect(200).clone();
-        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
-    })
-    .await;
+    let done = finished(&api, &key, &path).await;
     assert_eq!(done["queued"].as_i64(), Some(100), "{done}");
     // Ten batches of ten, each followed by a pause of 10 / 50 s.
     assert!(asked.elapsed() >= Duration::from_millis(1800), "done in {:?}", asked.elapsed());
@@ -294,11 +291,7 @@ async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once(
 
     api.restart().await.unwrap();
     let path = format!("/webhooks/{}/recover", id(&webhook));
-    eventually("the recovery goes on to the end", WAIT, async || {
-        let shown = api.get(&path, &key).await.expect(200).clone();
-        if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
-    })
-    .await;
+    finished(&api, &key, &path).await;
     let mut dispatcher = api.start_dispatcher().await.unwrap();
     let ids: Vec<String> = events.iter().map(event_id).collect();
     wait_for_events(&receiver, &ids, WAIT).await;
