@@ -222,13 +222,7 @@ impl PgStore {
         update: EndpointUpdate,
         by: EndpointChange,
     ) -> StoreResult<UpdateOutcome> {
-        let mut attempt = 0;
-        loop {
-            match self.update_endpoint_once(developer_id, id, update.clone(), by).await {
-                Err(error) if super::is_deadlock(&error) && attempt < super::DEADLOCK_RETRIES => attempt += 1,
-                outcome => return outcome,
-            }
-        }
+        super::retrying_deadlocks(|| self.update_endpoint_once(developer_id, id, update.clone(), by)).await
     }
 
     async fn update_endpoint_once(
@@ -325,13 +319,7 @@ impl PgStore {
         id: &str,
         by: EndpointChange,
     ) -> StoreResult<Option<EndpointRecord>> {
-        let mut attempt = 0;
-        loop {
-            match self.delete_endpoint_once(developer_id, id, by).await {
-                Err(error) if super::is_deadlock(&error) && attempt < super::DEADLOCK_RETRIES => attempt += 1,
-                outcome => return outcome,
-            }
-        }
+        super::retrying_deadlocks(|| self.delete_endpoint_once(developer_id, id, by)).await
     }
 
     async fn delete_endpoint_once(

@@ -48,6 +48,22 @@ fn is_deadlock(error: &crate::StoreError) -> bool {
         .is_some_and(|error| error.code().as_deref() == Some(DEADLOCK))
 }
 
+/// Runs `transaction`, and again (at most [`DEADLOCK_RETRIES`] times) while
+/// PostgreSQL aborts it to break a deadlock.
+async fn retrying_deadlocks<T, F, Fut>(mut transaction: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        match transaction().await {
+            Err(error) if is_deadlock(&error) && attempt < DEADLOCK_RETRIES => attempt += 1,
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Cheap to clone: a handle on the pool.
 #[derive(Debug, Clone)]
 pub struct PgStore {

@@ -22,23 +22,15 @@ impl PgStore {
             .collect())
     }
 
+    /// Reseals in one transaction, tried again after a deadlock with another
+    /// statement that locks many endpoints.
     pub(crate) async fn reseal_keys(&self, reseals: &[KeyReseal]) -> StoreResult<Vec<bool>> {
-        let mut attempt = 0;
-        loop {
-            match self.try_reseal_keys(reseals).await {
-                Err(sqlx::Error::Database(error))
-                    if error.code().as_deref() == Some(super::DEADLOCK) && attempt < super::DEADLOCK_RETRIES =>
-                {
-                    attempt += 1;
-                }
-                outcome => return Ok(outcome?),
-            }
-        }
+        super::retrying_deadlocks(|| self.try_reseal_keys(reseals)).await
     }
 
     /// One transaction: each slot's blobs in one statement, each written
     /// only where the row still holds the blob it was made from.
-    async fn try_reseal_keys(&self, reseals: &[KeyReseal]) -> Result<Vec<bool>, sqlx::Error> {
+    async fn try_reseal_keys(&self, reseals: &[KeyReseal]) -> StoreResult<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
         let mut written = HashSet::new();
         for (slot, column) in [(KeySlot::Current, "private_key"), (KeySlot::Previous, "previous_private_key")] {
