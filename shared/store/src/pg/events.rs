@@ -346,9 +346,9 @@ impl PgStore {
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the
 /// developer's next `limit` event sequences after `after`, up to `until` (the
-/// window's last when the recovery started), as `send` does: one forced
-/// attempt, a new generation, in the bulk lane. A delivery that is pending or
-/// retrying is left alone, so nothing is queued twice.
+/// window's last, fixed by the recovery's first batch), as `send` does: one
+/// forced attempt, a new generation, in the bulk lane. A delivery that is
+/// pending or retrying is left alone, so nothing is queued twice.
 ///
 /// A batch is one slice of the `(developer_id, sequence)` index that the
 /// window, categories and event types filter: whatever the planner's

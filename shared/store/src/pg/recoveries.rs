@@ -56,15 +56,10 @@ impl From<Row> for Recovery {
 
 impl PgStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
-        // The window as a range of the developer's event sequences, fixed
-        // now: the batches walk it by the (developer_id, sequence) index.
         let started: Result<Row, sqlx::Error> = sqlx::query_as(&format!(
-            "WITH bounds AS (SELECT min(sequence) AS first, max(sequence) AS last FROM events
-                              WHERE developer_id = $3 AND created_at >= $4 AND created_at < $5)
-             INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     after_sequence, until_sequence, created_at, updated_at)
-             SELECT $1, $2, $3, $4, $5, 'running', $6, $7, coalesce(first - 1, 0), coalesce(last, 0), now(), now()
-               FROM bounds
+            "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
+                                     created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, now(), now())
              RETURNING {COLUMNS}"
         ))
         .bind(new.id)
@@ -145,7 +140,8 @@ impl PgStore {
         let range = match held {
             None => return Ok(RecoveryStep { queued: 0, done: true }),
             Some((after, Some(until))) => (after, until),
-            // Started without its range (see the migration): fixed now.
+            // The first batch fixes the window as a range of the
+            // developer's event sequences, which the batches then walk.
             Some((_, None)) => {
                 sqlx::query_as(
                     "UPDATE recoveries r

@@ -66,14 +66,10 @@ impl SqliteStore {
         if let Some(running) = running {
             return Ok(RecoveryStart::Running(running.try_into()?));
         }
-        // The window as a range of the developer's event sequences, fixed
-        // now: the batches walk it by the (developer_id, sequence) index.
         let row: Row = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     after_sequence, until_sequence, created_at, updated_at)
-             SELECT $1, $2, $3, $4, $5, 'running', $6, $7, coalesce(min(sequence) - 1, 0),
-                    coalesce(max(sequence), 0), $8, $8
-               FROM events WHERE developer_id = $3 AND created_at >= $4 AND created_at < $5
+                                     created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)
              RETURNING {COLUMNS}"
         ))
         .bind(new.id.hyphenated())
@@ -143,7 +139,7 @@ impl SqliteStore {
         let range = match held {
             None => return Ok(RecoveryStep { queued: 0, done: true }),
             Some((after, Some(until))) => (after, until),
-            // Started before the data directory's migration 0010: fixed now.
+            // The first batch fixes the range (see the PostgreSQL store).
             Some((_, None)) => {
                 sqlx::query_as(
                     "UPDATE recoveries
