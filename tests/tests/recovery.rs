@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use tests::{ApiOptions, DeveloperKey, Reply, TestApi, WAIT, expect};
+use tests::{ApiOptions, DeveloperKey, Receiver, Reply, TestApi, WAIT, expect};
 
 async fn recover(api: &TestApi, key: &DeveloperKey, webhook: &Value, window: Value) -> u64 {
     let answer = api.post(&format!("/webhooks/{}/recover", id(webhook)), key, &window).await;
@@ -23,6 +23,17 @@ async fn finished(api: &TestApi, key: &DeveloperKey, path: &str) -> Value {
         if shown["status"] == "done" { Ok(shown) } else { Err(shown.to_string()) }
     })
     .await
+}
+
+/// Starts a dispatcher and waits until each of `events` has reached
+/// `receiver`; then nothing else may come: no event twice, no other event.
+async fn each_delivered_once(api: &TestApi, receiver: &Receiver, events: &[Value], wait: Duration) {
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let ids: Vec<String> = events.iter().map(event_id).collect();
+    wait_for_events(receiver, &ids, wait).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.count(), events.len(), "an event came twice, or one not in the window");
+    dispatcher.stop().await.unwrap();
 }
 
 fn at(event: &Value) -> chrono::DateTime<chrono::Utc> {
@@ -153,12 +164,7 @@ async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     // No dispatcher yet: the recovery answers before anything is delivered.
     let window = json!({ "since": webhooks_model::time::format(&(started - chrono::Duration::seconds(1))) });
     assert_eq!(recover(&api, &key, &webhook, window).await, EVENTS as u64);
-    let mut dispatcher = api.start_dispatcher().await.unwrap();
-    let ids: Vec<String> = events.iter().map(event_id).collect();
-    wait_for_events(&receiver, &ids, WAIT * 4).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.count(), EVENTS, "some event came twice");
-    dispatcher.stop().await.unwrap();
+    each_delivered_once(&api, &receiver, &events, WAIT * 4).await;
     api.shutdown().await.unwrap();
 }
 
@@ -226,12 +232,7 @@ async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
     let path = format!("/webhooks/{}/recover", id(&webhook));
     let done = finished(&api, &key, &path).await;
     assert_eq!(done["queued"].as_i64(), Some(EVENTS as i64), "{done}");
-    let mut dispatcher = api.start_dispatcher().await.unwrap();
-    let ids: Vec<String> = events.iter().map(event_id).collect();
-    wait_for_events(&receiver, &ids, WAIT).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.count(), EVENTS, "some event came twice");
-    dispatcher.stop().await.unwrap();
+    each_delivered_once(&api, &receiver, &events, WAIT).await;
     api.shutdown().await.unwrap();
 }
 
@@ -260,9 +261,10 @@ async fn a_recovery_keeps_to_its_rate() {
     api.shutdown().await.unwrap();
 }
 
-/// A recovery stored without its range of event sequences (by an API older
-/// than the range, during a rolling upgrade) gets it at its first batch:
-/// it queues its window's deliveries, each once, and nothing from before.
+/// A recovery whose range of event sequences is cleared and cursor reset
+/// halfway (as an older API, during a rolling upgrade, stores a job) gets
+/// its range again at its next batch: it queues its window's deliveries,
+/// each once, and nothing from before the window.
 #[tests::test]
 async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once() {
     const BEFORE: usize = 20;
@@ -292,11 +294,6 @@ async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once(
     api.restart().await.unwrap();
     let path = format!("/webhooks/{}/recover", id(&webhook));
     finished(&api, &key, &path).await;
-    let mut dispatcher = api.start_dispatcher().await.unwrap();
-    let ids: Vec<String> = events.iter().map(event_id).collect();
-    wait_for_events(&receiver, &ids, WAIT).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.count(), EVENTS, "an event came twice, or one from before the window");
-    dispatcher.stop().await.unwrap();
+    each_delivered_once(&api, &receiver, &events, WAIT).await;
     api.shutdown().await.unwrap();
 }

@@ -308,13 +308,8 @@ async fn stop(mut child: Child) {
 /// and its developer.
 async fn create_key(mut command: Command, name: &str) -> anyhow::Result<(String, String)> {
     let output = command.args(["keys", "create", "--name", name]).output().await.context("run keys create")?;
-    if !output.status.success() {
-        bail!("keys create failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr));
-    }
-    let created: Value = serde_json::from_slice(&output.stdout).context("keys create output")?;
-    let key = created["key"].as_str().context("key")?.to_owned();
-    let developer_id = created["api_key"]["owner_id"].as_str().context("owner_id")?.to_owned();
-    Ok((key, developer_id))
+    let (key, developer_id) = tests::procs::created_key(&output)?;
+    Ok((key, developer_id.to_string()))
 }
 
 /// The HTTP client of the bench: many connections to one host, dropped
@@ -331,25 +326,8 @@ fn hook(port: u16) -> String {
 /// Registers `url` as an endpoint of `key` at `api_url` and switches it on;
 /// returns the endpoint's id.
 async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, url: &str) -> anyhow::Result<String> {
-    let response = client
-        .post(format!("{api_url}/webhooks"))
-        .header("Api-Key", key)
-        .header("Idempotency-Key", url)
-        .json(&json!({"url": url}))
-        .send()
-        .await?;
-    let status = response.status();
-    let endpoint: Value = response.json().await?;
-    let endpoint_id =
-        endpoint["id"].as_str().with_context(|| format!("registering {url} answered {status}: {endpoint}"))?;
-    client
-        .put(format!("{api_url}/webhooks/{endpoint_id}"))
-        .header("Api-Key", key)
-        .json(&json!({"status": "active"}))
-        .send()
-        .await?
-        .error_for_status()?;
-    Ok(endpoint_id.to_owned())
+    let endpoint = tests::procs::active_endpoint(client, api_url, key, url, &[]).await?;
+    endpoint["id"].as_str().map(str::to_owned).context("no endpoint id")
 }
 
 fn event_body(developer_id: &str, n: u64) -> Value {
