@@ -11,10 +11,8 @@
 
 pub mod auth;
 pub mod catalog;
-pub mod cli;
 pub mod config;
 pub mod dashboard;
-pub mod dev_receiver;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
@@ -23,11 +21,9 @@ pub mod internal;
 pub mod keys;
 pub mod metrics;
 pub mod openapi;
-pub mod operator;
 pub mod portal;
 pub mod rate_limit;
 pub mod recoveries;
-pub mod reseal;
 pub mod routes;
 pub mod state;
 

@@ -362,7 +362,7 @@ mod tests {
         let checked_in = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             checked_in == super::document(),
-            "api/openapi.json is stale; regenerate it with `cargo run -p api -- openapi > api/openapi.json`"
+            "api/openapi.json is stale; regenerate it with `cargo run -p webhooks-api -- openapi > api/openapi.json`"
         );
     }
 

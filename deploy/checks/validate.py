@@ -68,7 +68,7 @@ PROGRAMS = {
 # while the code that makes the library read it is still there.
 LIBRARY_SETTINGS = {
     "RUST_LOG": [("shared/config/src/telemetry.rs", "from_default_env")],
-    "TOKIO_WORKER_THREADS": [("api/src/main.rs", "#[tokio::main]"), ("dispatcher/src/main.rs", "#[tokio::main]")],
+    "TOKIO_WORKER_THREADS": [("api/cli/src/main.rs", "#[tokio::main]"), ("dispatcher/src/main.rs", "#[tokio::main]")],
 }
 # Settings that carry secrets: never a literal value in a manifest.
 SECRET_SETTINGS = {"DATABASE_URL", "AMQP_URL", "KEY_ENCRYPTION_KEY", "INTERNAL_TOKEN"}

@@ -47,7 +47,7 @@ pub async fn exec_as() -> Option<std::process::ExitCode> {
         return None;
     };
     let result = match program.as_str() {
-        "webhooks-api" => api::cli::main().await,
+        "webhooks-api" => webhooks_api::main().await,
         "webhooks-dispatcher" => dispatcher::main().await,
         other => Err(anyhow::anyhow!("{EXEC_AS}={other}: not a program of the service")),
     };

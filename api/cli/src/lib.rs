@@ -1,5 +1,16 @@
-//! The `webhooks-api` command line: parses it, loads config, sets up tracing
-//! and hands over to the library.
+//! The `webhooks-api` program: parses its command line, sets up tracing and
+//! runs the command. Serving is the control plane's ([`api::run`],
+//! [`api::run_standalone`]); the operator's commands live here:
+//!
+//! - [`operator`]: `events send`, `endpoints list|logs`;
+//! - [`reseal`]: `keys reseal`, a step of rotating `KEY_ENCRYPTION_KEY`;
+//! - [`receiver`]: `receiver`, an HTTPS receiver for development;
+//! - `verify`: a delivery checked as a receiver does, with the verifier of
+//!   `webhooks-signature`.
+
+pub mod operator;
+pub mod receiver;
+pub mod reseal;
 
 use std::{io::Write, path::Path};
 
@@ -11,7 +22,7 @@ use webhooks_config::CommonConfig;
 use webhooks_model::{ApiKeyType, Topology};
 use webhooks_queue::amqp::dead_letters;
 
-use crate::config::StandaloneConfig;
+use api::config::StandaloneConfig;
 
 #[derive(Debug, Parser)]
 #[command(name = "webhooks-api", version, about = "The control plane of the webhook delivery service")]
@@ -23,7 +34,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the public API and the internal listener (applies migrations first).
-    Serve(Box<crate::Config>),
+    Serve(Box<api::Config>),
     /// Run the whole system in one process, with everything kept under
     /// DATA_DIR: no PostgreSQL, no RabbitMQ. Prints a key on the first start.
     Standalone(Box<StandaloneConfig>),
@@ -277,7 +288,7 @@ fn print(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `webhooks-api` program.
+/// The `webhooks-api` program: its arguments and environment, parsed.
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -286,7 +297,7 @@ pub async fn main() -> anyhow::Result<()> {
             webhooks_config::telemetry::init(config.common.log_format);
             let shutdown = webhooks_config::shutdown::on_signal();
             let listeners = bind(&config).await?;
-            crate::run(*config, listeners, shutdown).await
+            api::run(*config, listeners, shutdown).await
         }
         Command::Standalone(config) => {
             webhooks_config::telemetry::init(config.api.common.log_format);
@@ -302,7 +313,7 @@ pub async fn main() -> anyhow::Result<()> {
             webhooks_config::telemetry::init(args.common.log_format);
             let name = args.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
             anyhow::ensure!(name.is_none_or(|n| n.chars().count() <= 100), "--name must be at most 100 characters");
-            let scopes = crate::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
+            let scopes = api::keys::parse_scopes(args.scopes.as_deref()).map_err(anyhow::Error::msg)?;
             let (store, _) = webhooks_store::open::for_command(&args.common).await?;
             let developer_id = args.developer_id.unwrap_or_else(|| {
                 let new = Uuid::new_v4();
@@ -312,7 +323,7 @@ pub async fn main() -> anyhow::Result<()> {
                 );
                 new
             });
-            let issued = crate::keys::issue(
+            let issued = api::keys::issue(
                 &store,
                 args.common.platform_environment,
                 developer_id,
@@ -332,12 +343,12 @@ pub async fn main() -> anyhow::Result<()> {
                 Some(developer_id) => store.list_api_keys(developer_id).await?,
                 None => store.all_api_keys(args.limit).await?,
             };
-            print(&crate::operator::render_keys(&keys, args.json)?)
+            print(&operator::render_keys(&keys, args.json)?)
         }
         Command::Keys { command: KeysCommand::Reseal(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
             anyhow::ensure!((1..=10_000).contains(&args.batch), "--batch must be between 1 and 10000");
-            let summary = crate::reseal::reseal(&args.common, args.batch, |so_far| {
+            let summary = reseal::reseal(&args.common, args.batch, |so_far| {
                 eprintln!(
                     "keys reseal: {} endpoints read, {} keys resealed, {} already sealed with key id {}, {} do not open",
                     so_far.endpoints, so_far.resealed, so_far.skipped, so_far.key_id, so_far.failed
@@ -355,31 +366,31 @@ pub async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Openapi => print(&crate::openapi::document()),
+        Command::Openapi => print(&api::openapi::document()),
         Command::Events { command: EventsCommand::Send(args) } => {
-            let body = crate::operator::read_body(&args.file)?;
-            let target = crate::operator::SendTarget {
+            let body = operator::read_body(&args.file)?;
+            let target = operator::SendTarget {
                 internal_url: &args.internal_url,
                 token: args.internal_token.as_ref().map(webhooks_config::Secret::expose),
                 idempotency_key: args.idempotency_key.as_deref(),
             };
-            let event = crate::operator::send_event(&target, body).await?;
-            if args.json { print(&format!("{event}\n")) } else { print(&crate::operator::render_sent(&event)) }
+            let event = operator::send_event(&target, body).await?;
+            if args.json { print(&format!("{event}\n")) } else { print(&operator::render_sent(&event)) }
         }
         Command::Endpoints { command: EndpointsCommand::List(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
-            let endpoints = crate::operator::list_endpoints(&args.common, args.developer_id).await?;
-            print(&crate::operator::render_endpoints(&endpoints, args.json)?)
+            let endpoints = operator::list_endpoints(&args.common, args.developer_id).await?;
+            print(&operator::render_endpoints(&endpoints, args.json)?)
         }
         Command::Endpoints { command: EndpointsCommand::Logs(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
             anyhow::ensure!((1..=1000).contains(&args.limit), "--limit must be between 1 and 1000");
-            let logs = crate::operator::endpoint_logs(&args.common, &args.endpoint_id, args.limit).await?;
-            print(&crate::operator::render_logs(&logs, args.json)?)
+            let logs = operator::endpoint_logs(&args.common, &args.endpoint_id, args.limit).await?;
+            print(&operator::render_logs(&logs, args.json)?)
         }
         Command::Receiver(args) => {
             let shutdown = webhooks_config::shutdown::on_signal();
-            crate::dev_receiver::run(args.listen, &args.dir, shutdown).await
+            receiver::run(args.listen, &args.dir, shutdown).await
         }
         Command::DeadLetters { command: DeadLettersCommand::List(args) } => {
             webhooks_config::telemetry::init(args.common.log_format);
@@ -457,8 +468,8 @@ fn verify_files(args: &VerifyArgs) -> anyhow::Result<(String, i32)> {
     })
 }
 
-async fn bind(config: &crate::Config) -> anyhow::Result<crate::Listeners> {
-    Ok(crate::Listeners {
+async fn bind(config: &api::Config) -> anyhow::Result<api::Listeners> {
+    Ok(api::Listeners {
         public: listen("API_LISTEN_ADDR", config.api_listen_addr).await?,
         internal: listen("INTERNAL_LISTEN_ADDR", config.internal_listen_addr).await?,
     })
@@ -491,7 +502,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
     let (store, queue_store) = webhooks_store::open::standalone(&data_dir).await?;
     tracing::info!(data_dir = %data_dir.display(), "standalone mode");
     if !store.has_api_keys().await? {
-        let issued = crate::keys::issue(
+        let issued = api::keys::issue(
             &store,
             config.api.common.platform_environment,
             Uuid::new_v4(),
@@ -505,7 +516,7 @@ async fn standalone(config: StandaloneConfig) -> anyhow::Result<()> {
         next_steps(&config, &listeners, issued.api_key.owner_id)?;
     }
     let shutdown = webhooks_config::shutdown::on_signal();
-    let result = crate::run_standalone(config, (store.clone(), queue_store), listeners, shutdown).await;
+    let result = api::run_standalone(config, (store.clone(), queue_store), listeners, shutdown).await;
     store.close().await;
     result
 }
@@ -526,7 +537,7 @@ fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
 
 /// What to do next, on stderr (stdout carries only the key): the curl lines
 /// that register an endpoint, switch it on, send it an event and read the log.
-fn next_steps(config: &StandaloneConfig, listeners: &crate::Listeners, developer_id: Uuid) -> anyhow::Result<()> {
+fn next_steps(config: &StandaloneConfig, listeners: &api::Listeners, developer_id: Uuid) -> anyhow::Result<()> {
     let api = format!("http://{}/v0", listeners.public.local_addr()?);
     let internal = format!("http://{}", listeners.internal.local_addr()?);
     let token = match &config.api.internal_token {

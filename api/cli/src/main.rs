@@ -1,4 +1,4 @@
-//! `webhooks-api`: hands over to the library's command line.
+//! `webhooks-api`: the program is [`webhooks_api::main`].
 
 /// mimalloc rather than the system's allocator: a delivery allocates and
 /// frees many small buffers across threads, where glibc's malloc spent about
@@ -8,5 +8,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    api::cli::main().await
+    webhooks_api::main().await
 }
