@@ -5,6 +5,10 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::{
+    StoreError,
+    columns::{At, Id, Int, Names, optional},
+};
 use webhooks_model::{
     Category, ChangeKind, DeliveryOrder, DisabledReason, EndpointStatus, EventEpoch, Health, SignatureScheme, Webhook,
 };
@@ -174,23 +178,100 @@ impl EndpointChange {
 /// One recorded change: its kind and what it changed.
 pub type ChangeDetail = (ChangeKind, serde_json::Value);
 
-/// The named parts of a stored endpoint row (status, epoch, categories) as
-/// domain values; a name neither backend writes means the row is corrupt.
-pub(crate) fn parse_names<S: AsRef<str>>(
-    id: &str,
-    status: &str,
-    event_epoch: &str,
-    categories: &[S],
-) -> Result<(EndpointStatus, EventEpoch, Vec<Category>), crate::StoreError> {
-    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
-    Ok((
-        status.parse().map_err(|_| corrupt("status"))?,
-        event_epoch.parse().map_err(|_| corrupt("event_epoch"))?,
-        categories
-            .iter()
-            .map(|c| Category::intern(c.as_ref()).ok_or_else(|| corrupt("category")))
-            .collect::<Result<_, _>>()?,
-    ))
+/// The columns of an endpoint row that both backends select.
+pub(crate) const COLUMNS: &str =
+    "id, developer_id, url, status, event_epoch, event_categories, event_types, public_key_pem, private_key,
+     signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
+     disabled_reason, rate_limit_per_second, ordering,
+     (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
+     (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
+     (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
+     created_at, updated_at";
+
+/// An endpoint row as [`COLUMNS`] selects it, in either dialect.
+#[derive(sqlx::FromRow)]
+pub(crate) struct EndpointRow {
+    id: String,
+    developer_id: Id,
+    url: String,
+    status: String,
+    event_epoch: String,
+    event_categories: Names,
+    event_types: Names,
+    public_key_pem: String,
+    private_key: Vec<u8>,
+    signature_scheme: String,
+    previous_scheme: Option<String>,
+    previous_public_key: Option<String>,
+    previous_private_key: Option<Vec<u8>>,
+    previous_key_expires_at: Option<At>,
+    disabled_reason: Option<String>,
+    rate_limit_per_second: Option<Int>,
+    ordering: String,
+    last_success_at: Option<At>,
+    last_failure_at: Option<At>,
+    failing_since: Option<At>,
+    created_at: At,
+    updated_at: At,
+}
+
+impl TryFrom<EndpointRow> for EndpointRecord {
+    type Error = StoreError;
+
+    /// The row as the model has it; a name neither backend writes means the
+    /// row is corrupt.
+    fn try_from(row: EndpointRow) -> Result<EndpointRecord, StoreError> {
+        let id = row.id;
+        let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
+        let event_categories = (row.event_categories.0.iter())
+            .map(|c| Category::intern(c).ok_or_else(|| corrupt("category")))
+            .collect::<Result<_, _>>()?;
+        let disabled_reason = match row.disabled_reason.as_deref() {
+            None => None,
+            Some("failing") => Some(DisabledReason::Failing),
+            Some(_) => return Err(corrupt("disabled_reason")),
+        };
+        let rate_limit_per_second = (row.rate_limit_per_second)
+            .map(|Int(limit)| u32::try_from(limit).map_err(|_| corrupt("rate_limit_per_second")))
+            .transpose()?;
+        let previous_key = match (
+            row.previous_scheme,
+            row.previous_public_key,
+            row.previous_private_key,
+            optional(row.previous_key_expires_at),
+        ) {
+            (Some(scheme), Some(public_key), Some(private_key), Some(expires_at)) => Some(StoredKey {
+                scheme: scheme.parse().map_err(|_| corrupt("previous_scheme"))?,
+                public_key,
+                private_key,
+                expires_at,
+            }),
+            _ => None,
+        };
+        Ok(EndpointRecord {
+            status: row.status.parse().map_err(|_| corrupt("status"))?,
+            event_epoch: row.event_epoch.parse().map_err(|_| corrupt("event_epoch"))?,
+            event_categories,
+            event_types: row.event_types.0,
+            signature_scheme: row.signature_scheme.parse().map_err(|_| corrupt("signature_scheme"))?,
+            previous_key,
+            disabled_reason,
+            rate_limit_per_second,
+            ordering: row.ordering.parse().map_err(|_| corrupt("ordering"))?,
+            health: Health {
+                last_success_at: optional(row.last_success_at),
+                last_failure_at: optional(row.last_failure_at),
+                failing_since: optional(row.failing_since),
+            },
+            developer_id: row.developer_id.0,
+            url: row.url,
+            public_key_pem: row.public_key_pem,
+            private_key: row.private_key,
+            created_at: row.created_at.0,
+            updated_at: row.updated_at.0,
+            id,
+        })
+    }
 }
 
 /// The stored names of `categories`.
@@ -324,54 +405,6 @@ pub(crate) fn narrows(changes: &[ChangeDetail]) -> bool {
 /// waiting for its turn goes at once.
 pub(crate) fn unorders(changes: &[ChangeDetail]) -> bool {
     changes.iter().any(|(kind, details)| *kind == ChangeKind::OrderingChanged && details["to"] == "none")
-}
-
-/// The stored delivery order and rate limit of an endpoint.
-pub(crate) fn parse_controls(
-    id: &str,
-    ordering: &str,
-    rate_limit: Option<i64>,
-) -> Result<(DeliveryOrder, Option<u32>), crate::StoreError> {
-    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
-    let limit =
-        rate_limit.map(|limit| u32::try_from(limit).map_err(|_| corrupt("rate_limit_per_second"))).transpose()?;
-    Ok((ordering.parse().map_err(|_| corrupt("ordering"))?, limit))
-}
-
-/// The stored names of an endpoint's optional parts.
-pub(crate) fn parse_optional(
-    id: &str,
-    scheme: &str,
-    disabled_reason: Option<&str>,
-) -> Result<(SignatureScheme, Option<DisabledReason>), crate::StoreError> {
-    let corrupt = |what: &str| crate::StoreError::Corrupt(format!("endpoint {id}: bad {what}"));
-    let reason = match disabled_reason {
-        None => None,
-        Some("failing") => Some(DisabledReason::Failing),
-        Some(_) => return Err(corrupt("disabled_reason")),
-    };
-    Ok((scheme.parse().map_err(|_| corrupt("signature_scheme"))?, reason))
-}
-
-/// The replaced key of a row, when all its parts are there.
-pub(crate) fn previous_key(
-    id: &str,
-    scheme: Option<&str>,
-    public_key: Option<String>,
-    private_key: Option<Vec<u8>>,
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<Option<StoredKey>, crate::StoreError> {
-    match (scheme, public_key, private_key, expires_at) {
-        (Some(scheme), Some(public_key), Some(private_key), Some(expires_at)) => Ok(Some(StoredKey {
-            scheme: scheme
-                .parse()
-                .map_err(|_| crate::StoreError::Corrupt(format!("endpoint {id}: bad previous_scheme")))?,
-            public_key,
-            private_key,
-            expires_at,
-        })),
-        _ => Ok(None),
-    }
 }
 
 /// The stored name of a disable reason.

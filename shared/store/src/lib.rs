@@ -15,6 +15,7 @@
 
 mod api_keys;
 pub mod batch;
+mod columns;
 mod deliveries;
 mod endpoints;
 mod event_types;
@@ -86,7 +87,10 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
-        StoreError::Database(Box::new(error))
+        match error {
+            sqlx::Error::ColumnDecode { index, source } => StoreError::Corrupt(format!("column {index}: {source}")),
+            error => StoreError::Database(Box::new(error)),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::columns::{At, Id, Names};
 use webhooks_model::Scope;
 
 /// A session about to be stored. Times come from the caller's clock, so the
@@ -31,5 +32,30 @@ impl PortalSession {
     /// Whether the session still opens the API at `now`.
     pub fn is_live(&self, now: DateTime<Utc>) -> bool {
         now < self.expires_at
+    }
+}
+
+/// The columns of a portal session row that both backends select.
+pub(crate) const COLUMNS: &str = "id, developer_id, scopes, created_at, expires_at";
+
+/// A portal session row as [`COLUMNS`] selects it, in either dialect.
+#[derive(sqlx::FromRow)]
+pub(crate) struct PortalSessionRow {
+    id: Id,
+    developer_id: Id,
+    scopes: Names,
+    created_at: At,
+    expires_at: At,
+}
+
+impl From<PortalSessionRow> for PortalSession {
+    fn from(row: PortalSessionRow) -> PortalSession {
+        PortalSession {
+            id: row.id.0,
+            developer_id: row.developer_id.0,
+            scopes: row.scopes.0.iter().filter_map(|s| s.parse().ok()).collect(),
+            created_at: row.created_at.0,
+            expires_at: row.expires_at.0,
+        }
     }
 }

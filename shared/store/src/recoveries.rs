@@ -6,7 +6,10 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::RecoveryWindow;
+use crate::{
+    RecoveryWindow,
+    columns::{At, Id, optional},
+};
 
 /// A recovery about to start.
 #[derive(Debug, Clone)]
@@ -59,4 +62,45 @@ pub struct RecoveryStep {
     /// The recovery is over (the window is done, the endpoint is gone, or it
     /// is no longer this worker's).
     pub done: bool,
+}
+
+/// The columns of a recovery row that both backends select.
+pub(crate) const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, \
+                                  last_error, created_at, updated_at, finished_at";
+
+/// A recovery row as [`COLUMNS`] selects it, in either dialect.
+#[derive(sqlx::FromRow)]
+pub(crate) struct RecoveryRow {
+    id: Id,
+    endpoint_id: String,
+    developer_id: Id,
+    since: At,
+    until: At,
+    state: String,
+    total: Option<i64>,
+    queued: i64,
+    after_sequence: i64,
+    last_error: Option<String>,
+    created_at: At,
+    updated_at: At,
+    finished_at: Option<At>,
+}
+
+impl From<RecoveryRow> for Recovery {
+    fn from(row: RecoveryRow) -> Recovery {
+        Recovery {
+            id: row.id.0,
+            endpoint_id: row.endpoint_id,
+            developer_id: row.developer_id.0,
+            window: RecoveryWindow { since: row.since.0, until: row.until.0 },
+            running: row.state == "running",
+            total: row.total.unwrap_or_default(),
+            queued: row.queued,
+            after_sequence: row.after_sequence,
+            last_error: row.last_error,
+            created_at: row.created_at.0,
+            updated_at: row.updated_at.0,
+            finished_at: optional(row.finished_at),
+        }
+    }
 }

@@ -1,47 +1,11 @@
 //! API keys on PostgreSQL.
 
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::PgStore;
-use crate::{NewApiKey, StoreError, StoreResult};
-use webhooks_model::{ApiKey, ApiKeyState, ApiKeyType, OwnerType};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Uuid,
-    developer_id: Uuid,
-    kind: String,
-    prefix: String,
-    last_4: String,
-    state: String,
-    scopes: Vec<String>,
-    name: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl TryFrom<Row> for ApiKey {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<ApiKey, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("api key {}: bad {what}", row.id));
-        Ok(ApiKey {
-            id: row.id,
-            kind: row.kind.parse::<ApiKeyType>().map_err(|_| corrupt("kind"))?,
-            owner_type: OwnerType::Developer,
-            owner_id: row.developer_id,
-            prefix: row.prefix,
-            last_4: row.last_4,
-            state: row.state.parse::<ApiKeyState>().map_err(|_| corrupt("state"))?,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-            scopes: row.scopes.iter().filter_map(|s| s.parse().ok()).collect(),
-            name: row.name,
-        })
-    }
-}
-
-const COLUMNS: &str = "id, developer_id, kind, prefix, last_4, state, scopes, name, created_at, updated_at";
+use crate::api_keys::{ApiKeyRow, COLUMNS};
+use crate::{NewApiKey, StoreResult};
+use webhooks_model::ApiKey;
 
 impl PgStore {
     pub(crate) async fn has_api_keys(&self) -> StoreResult<bool> {
@@ -56,7 +20,7 @@ impl PgStore {
             .bind(key.developer_id)
             .execute(&mut *tx)
             .await?;
-        let row: Row = sqlx::query_as(&format!(
+        let row: ApiKeyRow = sqlx::query_as(&format!(
             "INSERT INTO api_keys (id, developer_id, key_hash, kind, prefix, last_4, state, scopes, name, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, 'Active', $7, $8, $9, $9)
              RETURNING {COLUMNS}"
@@ -77,7 +41,7 @@ impl PgStore {
     }
 
     pub(crate) async fn find_active_api_key(&self, key_hash: &[u8]) -> StoreResult<Option<ApiKey>> {
-        let row: Option<Row> =
+        let row: Option<ApiKeyRow> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = $1 AND state = 'Active'"))
                 .bind(key_hash)
                 .fetch_optional(&self.pool)
@@ -86,7 +50,7 @@ impl PgStore {
     }
 
     pub(crate) async fn list_api_keys(&self, developer_id: Uuid) -> StoreResult<Vec<ApiKey>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM api_keys WHERE developer_id = $1 AND state = 'Active'
              ORDER BY created_at DESC, id DESC"
         ))
@@ -97,7 +61,7 @@ impl PgStore {
     }
 
     pub(crate) async fn all_api_keys(&self, limit: i64) -> StoreResult<Vec<ApiKey>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM api_keys WHERE state = 'Active' ORDER BY created_at DESC, id DESC LIMIT $1"
         ))
         .bind(limit)
@@ -107,7 +71,7 @@ impl PgStore {
     }
 
     pub(crate) async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<ApiKeyRow> = sqlx::query_as(&format!(
             "UPDATE api_keys SET state = 'Deleted', updated_at = $3
              WHERE id = $1 AND developer_id = $2 AND state = 'Active'
              RETURNING {COLUMNS}"

@@ -9,90 +9,13 @@ use uuid::Uuid;
 use super::PgStore;
 use crate::health::FAILING_DAYS;
 use crate::{
-    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreResult, UpdateOutcome,
     endpoints::{
-        apply_update, category_names, created_details, narrows, normalised, normalised_types, parse_controls,
-        parse_names, parse_optional, previous_key, reason_name, unorders,
+        COLUMNS, EndpointRow, apply_update, category_names, created_details, narrows, normalised, normalised_types,
+        reason_name, unorders,
     },
 };
-use webhooks_model::{ChangeKind, Health};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: String,
-    developer_id: Uuid,
-    url: String,
-    status: String,
-    event_epoch: String,
-    event_categories: Vec<String>,
-    event_types: Vec<String>,
-    public_key_pem: String,
-    private_key: Vec<u8>,
-    signature_scheme: String,
-    previous_scheme: Option<String>,
-    previous_public_key: Option<String>,
-    previous_private_key: Option<Vec<u8>>,
-    previous_key_expires_at: Option<DateTime<Utc>>,
-    disabled_reason: Option<String>,
-    rate_limit_per_second: Option<i32>,
-    ordering: String,
-    last_success_at: Option<DateTime<Utc>>,
-    last_failure_at: Option<DateTime<Utc>>,
-    failing_since: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-impl TryFrom<Row> for EndpointRecord {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<Self, StoreError> {
-        let (status, event_epoch, event_categories) =
-            parse_names(&row.id, &row.status, &row.event_epoch, &row.event_categories)?;
-        let (signature_scheme, disabled_reason) =
-            parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
-        let (ordering, rate_limit_per_second) =
-            parse_controls(&row.id, &row.ordering, row.rate_limit_per_second.map(i64::from))?;
-        let previous_key = previous_key(
-            &row.id,
-            row.previous_scheme.as_deref(),
-            row.previous_public_key,
-            row.previous_private_key,
-            row.previous_key_expires_at,
-        )?;
-        Ok(EndpointRecord {
-            signature_scheme,
-            previous_key,
-            disabled_reason,
-            rate_limit_per_second,
-            ordering,
-            health: Health {
-                last_success_at: row.last_success_at,
-                last_failure_at: row.last_failure_at,
-                failing_since: row.failing_since,
-            },
-            status,
-            event_epoch,
-            event_categories,
-            event_types: row.event_types,
-            id: row.id,
-            developer_id: row.developer_id,
-            url: row.url,
-            public_key_pem: row.public_key_pem,
-            private_key: row.private_key,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-        })
-    }
-}
-
-const COLUMNS: &str =
-    "id, developer_id, url, status, event_epoch, event_categories, event_types, public_key_pem, private_key,
-     signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
-     disabled_reason, rate_limit_per_second, ordering,
-     (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
-     (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
-     (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
-     created_at, updated_at";
+use webhooks_model::ChangeKind;
 
 impl PgStore {
     async fn record_change(
@@ -154,7 +77,7 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         let now = webhooks_model::time::now();
-        let row: Row = sqlx::query_as(&format!(
+        let row: EndpointRow = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
                                     signature_scheme, rate_limit_per_second, ordering, created_at, updated_at,
                                     event_types)
@@ -183,7 +106,7 @@ impl PgStore {
     }
 
     pub(crate) async fn list_endpoints(&self, developer_id: Uuid) -> StoreResult<Vec<EndpointRecord>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE developer_id = $1 AND status <> 'deleted'
              ORDER BY created_at DESC, id DESC"
         ))
@@ -194,7 +117,7 @@ impl PgStore {
     }
 
     pub(crate) async fn get_endpoint(&self, developer_id: Uuid, id: &str) -> StoreResult<Option<EndpointRecord>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'"
         ))
         .bind(id)
@@ -205,7 +128,7 @@ impl PgStore {
     }
 
     pub(crate) async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
+        let row: Option<EndpointRow> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -233,7 +156,7 @@ impl PgStore {
         by: EndpointChange,
     ) -> StoreResult<UpdateOutcome> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted' FOR UPDATE"
         ))
         .bind(id)
@@ -332,7 +255,7 @@ impl PgStore {
         let now = webhooks_model::time::now();
         // The private key goes at once: nothing signs for a deleted
         // endpoint again, and a key kept is a key that can leak.
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = ''::bytea,
                     previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
                     previous_key_expires_at = NULL
@@ -367,7 +290,7 @@ impl PgStore {
         after: std::time::Duration,
     ) -> StoreResult<Vec<EndpointRecord>> {
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<EndpointRow> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
                FROM endpoint_health h
               WHERE h.endpoint_id = endpoints.id AND endpoints.status = 'active'

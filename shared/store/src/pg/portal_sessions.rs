@@ -4,30 +4,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::PgStore;
+use crate::portal_sessions::{COLUMNS, PortalSessionRow};
 use crate::{NewPortalSession, PortalSession, StoreResult};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Uuid,
-    developer_id: Uuid,
-    scopes: Vec<String>,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-}
-
-impl From<Row> for PortalSession {
-    fn from(row: Row) -> PortalSession {
-        PortalSession {
-            id: row.id,
-            developer_id: row.developer_id,
-            scopes: row.scopes.iter().filter_map(|s| s.parse().ok()).collect(),
-            created_at: row.created_at,
-            expires_at: row.expires_at,
-        }
-    }
-}
-
-const COLUMNS: &str = "id, developer_id, scopes, created_at, expires_at";
 
 impl PgStore {
     pub(crate) async fn create_portal_session(&self, session: NewPortalSession<'_>) -> StoreResult<PortalSession> {
@@ -42,7 +20,7 @@ impl PgStore {
             .bind(session.created_at)
             .execute(&mut *tx)
             .await?;
-        let row: Row = sqlx::query_as(&format!(
+        let row: PortalSessionRow = sqlx::query_as(&format!(
             "INSERT INTO portal_sessions (id, developer_id, token_hash, scopes, created_at, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6)
              RETURNING {COLUMNS}"
@@ -60,10 +38,11 @@ impl PgStore {
     }
 
     pub(crate) async fn find_portal_session(&self, token_hash: &[u8]) -> StoreResult<Option<PortalSession>> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
-            .bind(token_hash)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row: Option<PortalSessionRow> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
+                .bind(token_hash)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(row.map(Into::into))
     }
 

@@ -4,59 +4,18 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::PgStore;
-use crate::{
-    NewRecovery, Recovery, RecoveryStart, RecoveryStep, RecoveryWindow, StoreError, StoreResult, events::RecoveryBatch,
-};
+use crate::recoveries::{COLUMNS, RecoveryRow};
+use crate::{NewRecovery, Recovery, RecoveryStart, RecoveryStep, StoreError, StoreResult, events::RecoveryBatch};
 
 /// The unique index that allows one running recovery per endpoint.
 const ONE_RUNNING: &str = "recoveries_one_running";
 
-const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, last_error,
-                       created_at, updated_at, finished_at";
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Uuid,
-    endpoint_id: String,
-    developer_id: Uuid,
-    since: DateTime<Utc>,
-    until: DateTime<Utc>,
-    state: String,
-    total: Option<i64>,
-    queued: i64,
-    after_sequence: i64,
-    last_error: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    finished_at: Option<DateTime<Utc>>,
-}
-
-impl From<Row> for Recovery {
-    fn from(row: Row) -> Recovery {
-        Recovery {
-            id: row.id,
-            endpoint_id: row.endpoint_id,
-            developer_id: row.developer_id,
-            window: RecoveryWindow { since: row.since, until: row.until },
-            running: row.state == "running",
-            total: row.total.unwrap_or_default(),
-            queued: row.queued,
-            after_sequence: row.after_sequence,
-            last_error: row.last_error,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-            finished_at: row.finished_at,
-        }
-    }
-}
-
 impl PgStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
-        let started: Result<Row, sqlx::Error> = sqlx::query_as(&format!(
+        let started: Result<RecoveryRow, sqlx::Error> = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
                                      created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, now(), now())
@@ -74,7 +33,7 @@ impl PgStore {
         match started {
             Ok(row) => Ok(RecoveryStart::Started(row.into())),
             Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(ONE_RUNNING) => {
-                let running: Option<Row> = sqlx::query_as(&format!(
+                let running: Option<RecoveryRow> = sqlx::query_as(&format!(
                     "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 AND state = 'running'"
                 ))
                 .bind(&new.endpoint_id)
@@ -90,7 +49,7 @@ impl PgStore {
     }
 
     pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<RecoveryRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
         ))
         .bind(endpoint_id)
@@ -105,7 +64,7 @@ impl PgStore {
         lease: Duration,
         limit: i64,
     ) -> StoreResult<Vec<Recovery>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<RecoveryRow> = sqlx::query_as(&format!(
             "UPDATE recoveries SET owner = $1, lease_until = now() + make_interval(secs => $2)
               WHERE id IN (SELECT id FROM recoveries
                             WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < now())

@@ -1,48 +1,11 @@
 //! API keys on SQLite.
 
-use uuid::{Uuid, fmt::Hyphenated};
+use uuid::Uuid;
 
-use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
-use crate::{NewApiKey, StoreError, StoreResult};
-use webhooks_model::{ApiKey, ApiKeyState, ApiKeyType, OwnerType};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Hyphenated,
-    developer_id: Hyphenated,
-    kind: String,
-    prefix: String,
-    last_4: String,
-    state: String,
-    scopes: String,
-    name: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl TryFrom<Row> for ApiKey {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<ApiKey, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("api key {}: bad {what}", row.id));
-        let scopes =
-            parse_list(&row.scopes).ok_or_else(|| StoreError::Corrupt(format!("api key {}: bad scopes", row.id)))?;
-        Ok(ApiKey {
-            id: row.id.into_uuid(),
-            kind: row.kind.parse::<ApiKeyType>().map_err(|_| corrupt("kind"))?,
-            owner_type: OwnerType::Developer,
-            owner_id: row.developer_id.into_uuid(),
-            prefix: row.prefix,
-            last_4: row.last_4,
-            state: row.state.parse::<ApiKeyState>().map_err(|_| corrupt("state"))?,
-            created_at: time(row.created_at)?,
-            updated_at: time(row.updated_at)?,
-            scopes: scopes.iter().filter_map(|s| s.parse().ok()).collect(),
-            name: row.name,
-        })
-    }
-}
-
-const COLUMNS: &str = "id, developer_id, kind, prefix, last_4, state, scopes, name, created_at, updated_at";
+use super::{SqliteStore, ensure_developer, json_list, micros};
+use crate::api_keys::{ApiKeyRow, COLUMNS};
+use crate::{NewApiKey, StoreResult};
+use webhooks_model::ApiKey;
 
 impl SqliteStore {
     pub(crate) async fn has_api_keys(&self) -> StoreResult<bool> {
@@ -54,7 +17,7 @@ impl SqliteStore {
         let scopes = json_list(key.scopes.iter().map(|s| s.as_str()).collect());
         let mut tx = self.begin().await?;
         ensure_developer(&mut tx, key.developer_id, now).await?;
-        let row: Row = sqlx::query_as(&format!(
+        let row: ApiKeyRow = sqlx::query_as(&format!(
             "INSERT INTO api_keys (id, developer_id, key_hash, kind, prefix, last_4, state, scopes, name, created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, 'Active', $7, $8, $9, $9)
              RETURNING {COLUMNS}"
@@ -76,7 +39,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn find_active_api_key(&self, key_hash: &[u8]) -> StoreResult<Option<ApiKey>> {
-        let row: Option<Row> =
+        let row: Option<ApiKeyRow> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_keys WHERE key_hash = $1 AND state = 'Active'"))
                 .bind(key_hash)
                 .fetch_optional(&self.reader)
@@ -85,7 +48,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn list_api_keys(&self, developer_id: Uuid) -> StoreResult<Vec<ApiKey>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM api_keys WHERE developer_id = $1 AND state = 'Active'
              ORDER BY created_at DESC, id DESC"
         ))
@@ -96,7 +59,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn all_api_keys(&self, limit: i64) -> StoreResult<Vec<ApiKey>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM api_keys WHERE state = 'Active' ORDER BY created_at DESC, id DESC LIMIT $1"
         ))
         .bind(limit)
@@ -106,7 +69,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn delete_api_key(&self, developer_id: Uuid, id: Uuid) -> StoreResult<Option<ApiKey>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<ApiKeyRow> = sqlx::query_as(&format!(
             "UPDATE api_keys SET state = 'Deleted', updated_at = $3
              WHERE id = $1 AND developer_id = $2 AND state = 'Active'
              RETURNING {COLUMNS}"

@@ -4,97 +4,18 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{Sqlite, Transaction};
-use uuid::{Uuid, fmt::Hyphenated};
+use uuid::Uuid;
 
-use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
+use super::{SqliteStore, ensure_developer, json_list, micros};
 use crate::{
-    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreError, StoreResult, UpdateOutcome,
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, StoreResult, UpdateOutcome,
     endpoints::{
-        apply_update, category_names, created_details, narrows, normalised, normalised_types, parse_controls,
-        parse_names, parse_optional, previous_key, reason_name,
+        COLUMNS, EndpointRow, apply_update, category_names, created_details, narrows, normalised, normalised_types,
+        reason_name,
     },
     health::FAILING_DAYS,
 };
-use webhooks_model::{ChangeKind, EndpointChanged, Health};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: String,
-    developer_id: Hyphenated,
-    url: String,
-    status: String,
-    event_epoch: String,
-    event_categories: String,
-    event_types: String,
-    public_key_pem: String,
-    private_key: Vec<u8>,
-    signature_scheme: String,
-    previous_scheme: Option<String>,
-    previous_public_key: Option<String>,
-    previous_private_key: Option<Vec<u8>>,
-    previous_key_expires_at: Option<i64>,
-    disabled_reason: Option<String>,
-    rate_limit_per_second: Option<i64>,
-    ordering: String,
-    last_success_at: Option<i64>,
-    last_failure_at: Option<i64>,
-    failing_since: Option<i64>,
-    created_at: i64,
-    updated_at: i64,
-}
-
-impl TryFrom<Row> for EndpointRecord {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<Self, StoreError> {
-        let categories = parse_list(&row.event_categories)
-            .ok_or_else(|| StoreError::Corrupt(format!("endpoint {}: bad categories", row.id)))?;
-        let (status, event_epoch, event_categories) = parse_names(&row.id, &row.status, &row.event_epoch, &categories)?;
-        let (signature_scheme, disabled_reason) =
-            parse_optional(&row.id, &row.signature_scheme, row.disabled_reason.as_deref())?;
-        let (ordering, rate_limit_per_second) = parse_controls(&row.id, &row.ordering, row.rate_limit_per_second)?;
-        let optional_time = |at: Option<i64>| at.map(time).transpose();
-        let previous_key = previous_key(
-            &row.id,
-            row.previous_scheme.as_deref(),
-            row.previous_public_key,
-            row.previous_private_key,
-            optional_time(row.previous_key_expires_at)?,
-        )?;
-        Ok(EndpointRecord {
-            signature_scheme,
-            previous_key,
-            disabled_reason,
-            rate_limit_per_second,
-            ordering,
-            health: Health {
-                last_success_at: optional_time(row.last_success_at)?,
-                last_failure_at: optional_time(row.last_failure_at)?,
-                failing_since: optional_time(row.failing_since)?,
-            },
-            status,
-            event_epoch,
-            event_categories,
-            event_types: parse_list(&row.event_types)
-                .ok_or_else(|| StoreError::Corrupt(format!("endpoint {}: bad event types", row.id)))?,
-            created_at: time(row.created_at)?,
-            updated_at: time(row.updated_at)?,
-            id: row.id,
-            developer_id: row.developer_id.into_uuid(),
-            url: row.url,
-            public_key_pem: row.public_key_pem,
-            private_key: row.private_key,
-        })
-    }
-}
-
-const COLUMNS: &str =
-    "id, developer_id, url, status, event_epoch, event_categories, event_types, public_key_pem, private_key,
-     signature_scheme, previous_scheme, previous_public_key, previous_private_key, previous_key_expires_at,
-     disabled_reason, rate_limit_per_second, ordering,
-     (SELECT h.last_success_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_success_at,
-     (SELECT h.last_failure_at FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS last_failure_at,
-     (SELECT h.failing_since FROM endpoint_health h WHERE h.endpoint_id = endpoints.id) AS failing_since,
-     created_at, updated_at";
+use webhooks_model::{ChangeKind, EndpointChanged};
 
 /// Records a change inside the caller's transaction; returns the message to
 /// announce once it commits.
@@ -155,7 +76,7 @@ impl SqliteStore {
         }
         let now = webhooks_model::time::now();
         ensure_developer(&mut tx, new.developer_id, now).await?;
-        let row: Row = sqlx::query_as(&format!(
+        let row: EndpointRow = sqlx::query_as(&format!(
             "INSERT INTO endpoints (id, developer_id, url, status, event_epoch, event_categories, public_key_pem, private_key,
                                     signature_scheme, rate_limit_per_second, ordering, created_at, updated_at,
                                     event_types)
@@ -185,7 +106,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn list_endpoints(&self, developer_id: Uuid) -> StoreResult<Vec<EndpointRecord>> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE developer_id = $1 AND status <> 'deleted'
              ORDER BY created_at DESC, id DESC"
         ))
@@ -196,7 +117,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn get_endpoint(&self, developer_id: Uuid, id: &str) -> StoreResult<Option<EndpointRecord>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'"
         ))
         .bind(id)
@@ -207,7 +128,7 @@ impl SqliteStore {
     }
 
     pub(crate) async fn load_endpoint(&self, id: &str) -> StoreResult<Option<EndpointRecord>> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
+        let row: Option<EndpointRow> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.reader)
             .await?;
@@ -222,7 +143,7 @@ impl SqliteStore {
         by: EndpointChange,
     ) -> StoreResult<UpdateOutcome> {
         let mut tx = self.begin().await?;
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM endpoints WHERE id = $1 AND developer_id = $2 AND status <> 'deleted'"
         ))
         .bind(id)
@@ -310,7 +231,7 @@ impl SqliteStore {
         let now = micros(webhooks_model::time::now());
         // The private key goes at once: nothing signs for a deleted
         // endpoint again, and a key kept is a key that can leak.
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<EndpointRow> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'deleted', deleted_at = $3, updated_at = $3, private_key = X'',
                     previous_scheme = NULL, previous_public_key = NULL, previous_private_key = NULL,
                     previous_key_expires_at = NULL
@@ -345,7 +266,7 @@ impl SqliteStore {
     ) -> StoreResult<Vec<EndpointRecord>> {
         let cutoff = micros(now) - i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
         let mut tx = self.begin().await?;
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<EndpointRow> = sqlx::query_as(&format!(
             "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $1
               WHERE status = 'active' AND id IN (
                     SELECT h.endpoint_id FROM endpoint_health h

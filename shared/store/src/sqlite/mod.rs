@@ -242,12 +242,7 @@ fn time(micros: i64) -> StoreResult<DateTime<Utc>> {
     DateTime::from_timestamp_micros(micros).ok_or_else(|| StoreError::Corrupt(format!("time {micros} out of range")))
 }
 
-/// How a list of names is stored.
+/// How a list of names is stored (read back as [`crate::columns::Names`]).
 fn json_list(names: Vec<&str>) -> String {
     serde_json::Value::from(names).to_string()
-}
-
-/// A stored list of names; `None` when it is not one.
-fn parse_list(text: &str) -> Option<Vec<String>> {
-    serde_json::from_str(text).ok()
 }

@@ -1,36 +1,11 @@
 //! Portal sessions on SQLite.
 
 use chrono::{DateTime, Utc};
-use uuid::{Uuid, fmt::Hyphenated};
+use uuid::Uuid;
 
-use super::{SqliteStore, ensure_developer, json_list, micros, parse_list, time};
-use crate::{NewPortalSession, PortalSession, StoreError, StoreResult};
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Hyphenated,
-    developer_id: Hyphenated,
-    scopes: String,
-    created_at: i64,
-    expires_at: i64,
-}
-
-impl TryFrom<Row> for PortalSession {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<PortalSession, StoreError> {
-        let scopes = parse_list(&row.scopes)
-            .ok_or_else(|| StoreError::Corrupt(format!("portal session {}: bad scopes", row.id)))?;
-        Ok(PortalSession {
-            id: row.id.into_uuid(),
-            developer_id: row.developer_id.into_uuid(),
-            scopes: scopes.iter().filter_map(|s| s.parse().ok()).collect(),
-            created_at: time(row.created_at)?,
-            expires_at: time(row.expires_at)?,
-        })
-    }
-}
-
-const COLUMNS: &str = "id, developer_id, scopes, created_at, expires_at";
+use super::{SqliteStore, ensure_developer, json_list, micros};
+use crate::portal_sessions::{COLUMNS, PortalSessionRow};
+use crate::{NewPortalSession, PortalSession, StoreResult};
 
 impl SqliteStore {
     pub(crate) async fn create_portal_session(&self, session: NewPortalSession<'_>) -> StoreResult<PortalSession> {
@@ -42,7 +17,7 @@ impl SqliteStore {
             .bind(micros(session.created_at))
             .execute(&mut *tx)
             .await?;
-        let row: Row = sqlx::query_as(&format!(
+        let row: PortalSessionRow = sqlx::query_as(&format!(
             "INSERT INTO portal_sessions (id, developer_id, token_hash, scopes, created_at, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6)
              RETURNING {COLUMNS}"
@@ -55,17 +30,18 @@ impl SqliteStore {
         .bind(micros(session.expires_at))
         .fetch_one(&mut *tx)
         .await?;
-        let stored = PortalSession::try_from(row)?;
+        let stored = PortalSession::from(row);
         tx.commit().await?;
         Ok(stored)
     }
 
     pub(crate) async fn find_portal_session(&self, token_hash: &[u8]) -> StoreResult<Option<PortalSession>> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
-            .bind(token_hash)
-            .fetch_optional(&self.reader)
-            .await?;
-        row.map(TryInto::try_into).transpose()
+        let row: Option<PortalSessionRow> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM portal_sessions WHERE token_hash = $1"))
+                .bind(token_hash)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(row.map(Into::into))
     }
 
     pub(crate) async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {

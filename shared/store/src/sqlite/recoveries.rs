@@ -4,52 +4,11 @@
 
 use std::time::Duration;
 
-use uuid::{Uuid, fmt::Hyphenated};
+use uuid::Uuid;
 
-use super::{SqliteStore, micros, time};
-use crate::{
-    NewRecovery, Recovery, RecoveryStart, RecoveryStep, RecoveryWindow, StoreError, StoreResult, events::RecoveryBatch,
-};
-
-const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, last_error,
-                       created_at, updated_at, finished_at";
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: Hyphenated,
-    endpoint_id: String,
-    developer_id: Hyphenated,
-    since: i64,
-    until: i64,
-    state: String,
-    total: Option<i64>,
-    queued: i64,
-    after_sequence: i64,
-    last_error: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-    finished_at: Option<i64>,
-}
-
-impl TryFrom<Row> for Recovery {
-    type Error = StoreError;
-    fn try_from(row: Row) -> Result<Recovery, StoreError> {
-        Ok(Recovery {
-            id: row.id.into_uuid(),
-            endpoint_id: row.endpoint_id,
-            developer_id: row.developer_id.into_uuid(),
-            window: RecoveryWindow { since: time(row.since)?, until: time(row.until)? },
-            running: row.state == "running",
-            total: row.total.unwrap_or_default(),
-            queued: row.queued,
-            after_sequence: row.after_sequence,
-            last_error: row.last_error,
-            created_at: time(row.created_at)?,
-            updated_at: time(row.updated_at)?,
-            finished_at: row.finished_at.map(time).transpose()?,
-        })
-    }
-}
+use super::{SqliteStore, micros};
+use crate::recoveries::{COLUMNS, RecoveryRow};
+use crate::{NewRecovery, Recovery, RecoveryStart, RecoveryStep, StoreResult, events::RecoveryBatch};
 
 fn now() -> i64 {
     micros(webhooks_model::time::now())
@@ -58,15 +17,15 @@ fn now() -> i64 {
 impl SqliteStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
         let mut tx = self.begin().await?;
-        let running: Option<Row> =
+        let running: Option<RecoveryRow> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 AND state = 'running'"))
                 .bind(&new.endpoint_id)
                 .fetch_optional(&mut *tx)
                 .await?;
         if let Some(running) = running {
-            return Ok(RecoveryStart::Running(running.try_into()?));
+            return Ok(RecoveryStart::Running(running.into()));
         }
-        let row: Row = sqlx::query_as(&format!(
+        let row: RecoveryRow = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
                                      created_at, updated_at)
              VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)
@@ -83,17 +42,17 @@ impl SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(RecoveryStart::Started(row.try_into()?))
+        Ok(RecoveryStart::Started(row.into()))
     }
 
     pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let row: Option<RecoveryRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
         ))
         .bind(endpoint_id)
         .fetch_optional(&self.reader)
         .await?;
-        row.map(TryInto::try_into).transpose()
+        Ok(row.map(Into::into))
     }
 
     pub(crate) async fn claim_recoveries(
@@ -104,7 +63,7 @@ impl SqliteStore {
     ) -> StoreResult<Vec<Recovery>> {
         let now = now();
         let until = now + i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<RecoveryRow> = sqlx::query_as(&format!(
             "UPDATE recoveries SET owner = $1, lease_until = $3
               WHERE id IN (SELECT id FROM recoveries
                             WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < $2)
@@ -117,7 +76,7 @@ impl SqliteStore {
         .bind(limit)
         .fetch_all(&self.writer)
         .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     pub(crate) async fn recovery_step(

@@ -661,3 +661,31 @@ impl SqliteStore {
         Ok(self.admissions(&[question]).await?.pop().expect("one answer per question"))
     }
 }
+
+#[tokio::test]
+async fn a_stored_value_that_does_not_read_is_corrupt_and_named() {
+    let scratch = Scratch::new().await;
+    let store = &scratch.store;
+    let developer_id = Uuid::new_v4();
+    let created = endpoint(store, developer_id, vec![Category::Customer], EndpointStatus::Active).await;
+    for (column, value) in [("event_types", "not a list"), ("created_at", "9223372036854775807")] {
+        sqlx::query(&format!("UPDATE endpoints SET {column} = $1 WHERE id = $2"))
+            .bind(value)
+            .bind(&created.id)
+            .execute(&store.writer)
+            .await
+            .unwrap();
+        match store.get_endpoint(developer_id, &created.id).await {
+            Err(StoreError::Corrupt(message)) => assert!(message.contains(column), "{column}: {message}"),
+            other => panic!("{column}: {:?}", other.map(|found| found.map(|e| e.id))),
+        }
+        sqlx::query(&format!("UPDATE endpoints SET {column} = $1 WHERE id = $2"))
+            .bind(if column == "event_types" { "[]" } else { "0" })
+            .bind(&created.id)
+            .execute(&store.writer)
+            .await
+            .unwrap();
+    }
+    let restored = store.get_endpoint(developer_id, &created.id).await.unwrap().expect("found");
+    assert_eq!(restored.event_types, Vec::<String>::new());
+}
