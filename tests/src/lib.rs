@@ -56,12 +56,21 @@ pub use webhooks_test_macros::test;
 
 /// Says on the terminal that the running test cannot run here, and why.
 /// Written past the test harness's capture of output, so that a skipped
-/// test shows as skipped in every run, not as a silent pass.
+/// test shows as skipped in every run, not as a silent pass; and appended to
+/// the file `TEST_SKIPPED_LOG` names, for a runner that keeps each test's
+/// output to itself (`tests/run` prints that file at the end).
 pub fn skip(reason: &str) {
     use std::io::Write;
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("a test");
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name} ({:?}): {reason}", Backend::current());
+    let line = format!("SKIPPED {name} ({:?}): {reason}\n", Backend::current());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("TEST_SKIPPED_LOG") {
+        // One write of one line to a file opened for appending: lines of
+        // tests in other processes do not interleave.
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+        let _ = file.and_then(|mut file| file.write_all(line.as_bytes()));
+    }
 }
 
 /// How long any wait in the harness lasts before the test fails: generous,
