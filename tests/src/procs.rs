@@ -636,11 +636,22 @@ pub async fn active_endpoint(
     categories: &[Category],
 ) -> anyhow::Result<Value> {
     let names: Vec<&str> = categories.iter().map(|c| c.as_str()).collect();
+    active_endpoint_of(client, api_url, key, json!({ "url": url, "event_categories": names })).await
+}
+
+/// Registers the endpoint `body` describes (the body of `POST /webhooks`) and
+/// switches it on; returns it as the `PUT` answered.
+pub async fn active_endpoint_of(
+    client: &reqwest::Client,
+    api_url: &str,
+    key: &str,
+    body: Value,
+) -> anyhow::Result<Value> {
     let response = client
         .post(format!("{api_url}/webhooks"))
         .header("Api-Key", key)
         .header("Idempotency-Key", Uuid::new_v4().to_string())
-        .json(&json!({ "url": url, "event_categories": names }))
+        .json(&body)
         .send()
         .await?;
     let status = response.status();

@@ -90,7 +90,8 @@
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
 //! one per core), `BENCH_BACKLOG` (50000), `BENCH_FAIR_RATE` (20 events/s) and
 //! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging), `BENCH_PACE` (50 per second),
-//! `BENCH_RECOVERIES` (20) and `BENCH_RECOVERY_EVENTS` (100000).
+//! `BENCH_RECOVERIES` (20) and `BENCH_RECOVERY_EVENTS` (100000), `BENCH_SCHEME` (the endpoints'
+//! `signature_scheme`: `platform`, RSA-2048, or `standard`, Ed25519).
 
 use std::{
     path::{Path, PathBuf},
@@ -323,10 +324,13 @@ fn hook(port: u16) -> String {
     format!("https://localhost:{port}/hook")
 }
 
-/// Registers `url` as an endpoint of `key` at `api_url` and switches it on;
-/// returns the endpoint's id.
+/// Registers `url` as an endpoint of `key` at `api_url`, signing with the
+/// scheme `BENCH_SCHEME` names (`platform`), and switches it on; returns the
+/// endpoint's id.
 async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, url: &str) -> anyhow::Result<String> {
-    let endpoint = tests::procs::active_endpoint(client, api_url, key, url, &[]).await?;
+    let scheme = std::env::var("BENCH_SCHEME").unwrap_or_else(|_| "platform".into());
+    let body = json!({ "url": url, "signature_scheme": scheme });
+    let endpoint = tests::procs::active_endpoint_of(client, api_url, key, body).await?;
     endpoint["id"].as_str().map(str::to_owned).context("no endpoint id")
 }
 
@@ -545,7 +549,11 @@ impl Bench {
         let in_w = width(&|r: &Row| r.in_process.len()).max("in-process".len());
         let ng_w = width(&|r: &Row| r.nginx.len()).max("nginx".len());
         out("");
-        out("summary  (N sig = the figure ÷ one core's RSA-2048 signatures/s; nginx arrival times have ms resolution)");
+        let scheme = std::env::var("BENCH_SCHEME").unwrap_or_else(|_| "platform".into());
+        out(&format!(
+            "summary  (endpoints sign with `{scheme}`; N sig = the figure ÷ one core's RSA-2048 signatures/s; nginx \
+             arrival times have ms resolution)"
+        ));
         out(&format!(
             "{:name_w$}  {:>in_w$}  {:>ng_w$}  target (on the nginx figure where there is one)",
             "figure", "in-process", "nginx"
