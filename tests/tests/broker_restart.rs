@@ -2,9 +2,10 @@
 //! durable, no crash of the broker loses it; README: with RabbitMQ down the
 //! API keeps accepting work and the relay drains the outbox when it is back).
 //!
-//! It stops the broker this machine's tests share. It is the only test in its
-//! binary, and cargo runs test binaries one after another, so no other test
-//! runs meanwhile. It runs wherever it can restart the broker: `rabbitmqctl`
+//! It stops the broker this machine's tests share, so no other test may run
+//! meanwhile: it is the only test in its binary, `cargo test` runs binaries
+//! one after another, and nextest gives it every test slot
+//! (`.config/nextest.toml`). It runs wherever it can restart the broker: `rabbitmqctl`
 //! at hand and permission to use it (root). `WEBHOOKS_TEST_BROKER_RESTART=0`
 //! turns it off, for a machine whose broker others share.
 

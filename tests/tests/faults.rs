@@ -10,9 +10,10 @@
 //!   and started again on its `DATA_DIR`.
 //!
 //! The distributed run stops the broker and restarts the database this
-//! machine's tests share. The two tests take turns (a lock), they are the
-//! only tests in this binary, and cargo runs test binaries one after
-//! another, so no other test runs meanwhile. The distributed run needs
+//! machine's tests share, so no other test may run meanwhile: under
+//! `cargo test` the two take turns (a lock) and test binaries run one after
+//! another; under nextest each takes every test slot (`.config/nextest.toml`).
+//! The distributed run needs
 //! `rabbitmqctl` with the rights to use it (root), and restarts PostgreSQL
 //! where `pg_lsclusters` shows the tests' cluster (otherwise it says so and
 //! leaves it be). `WEBHOOKS_TEST_FAULTS=0` turns both off, for a machine
