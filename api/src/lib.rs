@@ -1,4 +1,4 @@
-//! `webhooks-api`, the control plane: API keys, webhook endpoints and their
+//! The control plane of `webhooks-api`: API keys, webhook endpoints and their
 //! lifecycle, event ingest; in the distributed mode over PostgreSQL with an
 //! outbox relayed to RabbitMQ, in standalone mode over SQLite with delivery in
 //! the same process.
