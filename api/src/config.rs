@@ -254,6 +254,17 @@ impl Config {
         if self.rate_limit_per_second > 0 && self.rate_limit_burst == 0 {
             return Err("RATE_LIMIT_BURST must be at least 1 while RATE_LIMIT_PER_SECOND is set".into());
         }
+        // A recovery's lease lapses unless its next batch comes in time.
+        let pause = Duration::from_secs_f64(f64::from(self.recovery_batch) / f64::from(self.recovery_rate.max(1)));
+        if self.recovery_rate > 0 && pause > crate::recoveries::MAX_PAUSE {
+            return Err(format!(
+                "RECOVERY_RATE ({}) must be at least RECOVERY_BATCH ({}) per {:?}: a recovery waits \
+                 RECOVERY_BATCH / RECOVERY_RATE after each batch, and a longer wait lets its lease lapse",
+                self.recovery_rate,
+                self.recovery_batch,
+                crate::recoveries::MAX_PAUSE
+            ));
+        }
         // Two intervals must hold an attempt in flight and a sweep period,
         // and lie past the age below which a dispatcher trusts a first
         // attempt without reading its delivery.
@@ -321,6 +332,14 @@ mod tests {
         config(&["--internal-listen-addr", "[::1]:8081"]).validate().unwrap();
         config(&["--internal-listen-addr", "[::ffff:127.0.0.1]:8081"]).validate().unwrap();
         assert!(config(&["--internal-listen-addr", "[::]:8081"]).validate().is_err());
+    }
+
+    #[test]
+    fn a_recovery_rate_too_low_for_its_batch_is_refused() {
+        config(&["--recovery-rate", "0"]).validate().unwrap();
+        config(&["--recovery-batch", "100", "--recovery-rate", "10"]).validate().unwrap();
+        let slow = config(&["--recovery-batch", "100", "--recovery-rate", "2"]).validate().unwrap_err();
+        assert!(slow.contains("RECOVERY_RATE") && slow.contains("RECOVERY_BATCH"), "{slow}");
     }
 
     #[test]

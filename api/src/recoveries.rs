@@ -23,6 +23,9 @@ use webhooks_store::{EndpointRecord, Recovery, RecoveryWindow, Store, StoreResul
 /// How long a process holds a recovery it works on without renewing it; a
 /// process that stopped leaves its recoveries to another after this.
 const LEASE: Duration = Duration::from_secs(30);
+/// The longest pause after a batch that `RECOVERY_BATCH` and `RECOVERY_RATE`
+/// may ask for: well within the lease, which the next batch renews.
+pub const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// How often the worker looks for recoveries when nothing woke it.
 const LOOK_EVERY: Duration = Duration::from_secs(2);
 /// Recoveries taken at once; they go a batch each in turn.
