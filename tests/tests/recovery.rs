@@ -264,7 +264,8 @@ async fn a_recovery_keeps_to_its_rate() {
 /// A recovery whose range of event sequences is cleared and cursor reset
 /// halfway (as an older API, during a rolling upgrade, stores a job) gets
 /// its range again at its next batch: it queues its window's deliveries,
-/// each once, and nothing from before the window.
+/// each once, and walks no further than the window's last event, though
+/// the developer has events after it.
 #[tests::test]
 async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once() {
     const BEFORE: usize = 20;
@@ -278,8 +279,18 @@ async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once(
     tokio::time::sleep(Duration::from_millis(20)).await;
     let events = ingest_many(&api, key.developer_id(), "customer", EVENTS, 8).await;
     assert!(earlier.iter().all(|event| at(event) < since), "an earlier event is in the window");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let until = webhooks_model::time::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let later = ingest_many(&api, key.developer_id(), "customer", BEFORE, 8).await;
+    assert!(later.iter().all(|event| at(event) >= until), "a later event is in the window");
+    let sequence = |event: &Value| event["event_sequence"].as_i64().expect("event_sequence");
+    let last_in_window = events.iter().map(sequence).max().unwrap();
 
-    let window = json!({ "since": webhooks_model::time::format(&since) });
+    let window = json!({
+        "since": webhooks_model::time::format(&since),
+        "until": webhooks_model::time::format(&until),
+    });
     assert_eq!(recover(&api, &key, &webhook, window).await, EVENTS as u64);
     api.stop().await.unwrap();
     let cut = api.store.latest_recovery(&id(&webhook)).await.unwrap().unwrap();
@@ -294,6 +305,8 @@ async fn a_recovery_stored_without_its_range_gets_it_and_queues_its_window_once(
     api.restart().await.unwrap();
     let path = format!("/webhooks/{}/recover", id(&webhook));
     finished(&api, &key, &path).await;
+    let done = api.store.latest_recovery(&id(&webhook)).await.unwrap().unwrap();
+    assert_eq!(done.after_sequence, last_in_window, "the walk went past the window: {done:?}");
     each_delivered_once(&api, &receiver, &events, WAIT).await;
     api.shutdown().await.unwrap();
 }
