@@ -119,10 +119,20 @@ use tokio::{
     net::TcpListener,
     process::{Child, Command},
 };
+use webhooks_model::SignatureScheme;
 
 /// Whether `BENCH_PHASES` (default: every phase) names `phase`.
 fn phase(phase: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == phase))
+}
+
+/// The endpoints' `signature_scheme`: `BENCH_SCHEME`, `platform` when unset;
+/// `main` refuses a value that names no scheme before anything starts.
+fn scheme() -> Result<SignatureScheme, String> {
+    match std::env::var("BENCH_SCHEME") {
+        Ok(name) => name.parse().map_err(|_| format!("BENCH_SCHEME={name}: neither platform nor standard")),
+        Err(_) => Ok(SignatureScheme::default()),
+    }
 }
 
 fn knob(name: &str, default: u64) -> u64 {
@@ -328,8 +338,7 @@ fn hook(port: u16) -> String {
 /// scheme `BENCH_SCHEME` names (`platform`), and switches it on; returns the
 /// endpoint's id.
 async fn active_endpoint(client: &reqwest::Client, api_url: &str, key: &str, url: &str) -> anyhow::Result<String> {
-    let scheme = std::env::var("BENCH_SCHEME").unwrap_or_else(|_| "platform".into());
-    let body = json!({ "url": url, "signature_scheme": scheme });
+    let body = json!({ "url": url, "signature_scheme": scheme().map_err(anyhow::Error::msg)?.as_str() });
     let endpoint = tests::procs::active_endpoint_of(client, api_url, key, body).await?;
     endpoint["id"].as_str().map(str::to_owned).context("no endpoint id")
 }
@@ -549,7 +558,7 @@ impl Bench {
         let in_w = width(&|r: &Row| r.in_process.len()).max("in-process".len());
         let ng_w = width(&|r: &Row| r.nginx.len()).max("nginx".len());
         out("");
-        let scheme = std::env::var("BENCH_SCHEME").unwrap_or_else(|_| "platform".into());
+        let scheme = scheme().unwrap_or_default();
         out(&format!(
             "summary  (endpoints sign with `{scheme}`; N sig = the figure ÷ one core's RSA-2048 signatures/s; nginx \
              arrival times have ms resolution)"
@@ -1100,6 +1109,7 @@ fn wrk_rows(bench: &mut Bench, dispatcher: &str, in_process: Option<&EndToEnd>, 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    scheme().map_err(anyhow::Error::msg)?;
     let events = knob("BENCH_EVENTS", 10_000);
     let concurrency = knob("BENCH_CONCURRENCY", 32);
     let wrk_load = WrkLoad {
