@@ -18,7 +18,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 use webhooks_queue::Producer;
-use webhooks_store::{EndpointRecord, Recovery, RecoveryWindow, Store, StoreResult};
+use webhooks_store::{EndpointRecord, Recoverable, Recovery, RecoveryWindow, Store, StoreResult};
 
 /// How long a process holds a recovery it works on without renewing it; a
 /// process that stopped leaves its recoveries to another after this.
@@ -64,9 +64,9 @@ impl Recoveries {
         recoveries
     }
 
-    /// How many deliveries a recovery of `window` would queue, counted under
-    /// the recovery budget.
-    pub async fn count(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+    /// How many deliveries a recovery of `window` would queue, and where,
+    /// counted under the recovery budget.
+    pub async fn count(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<Recoverable> {
         let _turn = self.budget.acquire().await;
         self.store.recoverable(endpoint, window).await
     }

@@ -151,6 +151,33 @@ async fn a_recovery_queues_only_the_event_types_the_endpoint_takes_now() {
     api.shutdown().await.unwrap();
 }
 
+/// A `beginning_of_time` endpoint made after its developer's events has no
+/// delivery for them, yet they are upcoming for it: a recovery counts and
+/// queues those of its categories, and no other.
+#[tests::test]
+async fn a_recovery_queues_the_earlier_events_a_beginning_of_time_endpoint_never_had() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let started = webhooks_model::time::now();
+    let mut transfers = Vec::new();
+    for n in 0..3 {
+        transfers.push(ingest(&api, key.developer_id(), "transfer", n).await);
+    }
+    ingest(&api, key.developer_id(), "customer", 3).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let webhook = create(
+        &api,
+        &key,
+        json!({ "url": receiver.url(), "event_epoch": "beginning_of_time", "event_categories": ["transfer"] }),
+    )
+    .await;
+
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, 3, "the three earlier transfers");
+    each_delivered_once(&api, &receiver, &transfers, WAIT).await;
+    api.shutdown().await.unwrap();
+}
+
 #[tests::test]
 async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     const EVENTS: usize = 2_000;

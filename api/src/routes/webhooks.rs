@@ -547,7 +547,8 @@ pub async fn recover(
     if let Some(running) = state.store.latest_recovery(&endpoint.id).await?.filter(|r| r.running) {
         return Err(running_already(&running));
     }
-    let queued = state.recoveries.count(&endpoint, window).await?;
+    let counted = state.recoveries.count(&endpoint, window).await?;
+    let queued = counted.count;
     if queued == 0 {
         return Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })));
     }
@@ -556,7 +557,7 @@ pub async fn recover(
         endpoint_id: endpoint.id.clone(),
         developer_id: endpoint.developer_id,
         window,
-        total: i64::try_from(queued).unwrap_or(i64::MAX),
+        counted,
         api_key_id: Some(caller.key.id),
     };
     match state.store.start_recovery(&new).await? {

@@ -46,7 +46,7 @@ pub use events::{
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
 pub use portal_sessions::{NewPortalSession, PortalSession};
-pub use recoveries::{NewRecovery, Recovery, RecoveryStart, RecoveryStep};
+pub use recoveries::{NewRecovery, Recoverable, Recovery, RecoveryStart, RecoveryStep};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
 pub use sealed_keys::{KeyReseal, KeySlot, SealedKeyGroup, SealedKeys};
 
@@ -422,8 +422,9 @@ impl Store {
 
     /// How many deliveries a recovery of `window` would queue: the events of
     /// the window meant for the endpoint whose delivery is `failed` or
-    /// upcoming (held, or never made for a `beginning_of_time` endpoint).
-    pub async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
+    /// upcoming (held, or never made for a `beginning_of_time` endpoint),
+    /// and the range of event sequences they lie in.
+    pub async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<Recoverable> {
         each_backend!(self, s => s.recoverable(endpoint, window).await)
     }
 

@@ -11,6 +11,16 @@ use crate::{
     columns::{At, Id, optional},
 };
 
+/// What a recovery of a window would queue, counted before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recoverable {
+    /// The deliveries it would queue.
+    pub count: u64,
+    /// The first and the last event sequence among them: the range its
+    /// batches walk. `None` when there is nothing to queue.
+    pub sequences: Option<(i64, i64)>,
+}
+
 /// A recovery about to start.
 #[derive(Debug, Clone)]
 pub struct NewRecovery {
@@ -18,10 +28,27 @@ pub struct NewRecovery {
     pub endpoint_id: String,
     pub developer_id: Uuid,
     pub window: RecoveryWindow,
-    /// The deliveries it was counted to queue, as answered.
-    pub total: i64,
+    /// What it was counted to queue, as answered, and where.
+    pub counted: Recoverable,
     /// The key that asked for it.
     pub api_key_id: Option<Uuid>,
+}
+
+impl NewRecovery {
+    /// The deliveries it was counted to queue, as stored.
+    pub(crate) fn total(&self) -> i64 {
+        i64::try_from(self.counted.count).unwrap_or(i64::MAX)
+    }
+
+    /// The cursor and the end of its range as stored: just before the
+    /// first sequence counted and the last one. Without them its first
+    /// batch finds the range from the window.
+    pub(crate) fn range(&self) -> (i64, Option<i64>) {
+        match self.counted.sequences {
+            Some((first, last)) => (first.saturating_sub(1), Some(last)),
+            None => (0, None),
+        }
+    }
 }
 
 /// A recovery as stored.

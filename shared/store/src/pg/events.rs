@@ -9,7 +9,8 @@ use uuid::Uuid;
 use super::PgStore;
 use crate::{
     DeliveredEvent, EndpointRecord, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery,
-    RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, events::RecoveryBatch,
+    Recoverable, RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
+    events::RecoveryBatch,
 };
 use webhooks_model::{Category, EventEpoch};
 
@@ -321,26 +322,47 @@ impl PgStore {
         Ok(SendOutcome::Queued)
     }
 
-    pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
-        let count: i64 = sqlx::query_scalar(&format!(
-            "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
-                               WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
-                  wanted AS ({WANTED})
-             SELECT count(*) FROM wanted"
+    /// Counts from the endpoint's side: its failed and held deliveries in
+    /// the window, through the `deliveries_recoverable` index, and for a
+    /// `beginning_of_time` endpoint the events from before it that never
+    /// had one. The same set `recover_batch` queues, without reading every
+    /// event of the developer in the window; the same read gives the range
+    /// of sequences the batches walk.
+    pub(crate) async fn recoverable(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+    ) -> StoreResult<Recoverable> {
+        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+            "WITH made AS (
+                 SELECT count(*) AS n, min(m.sequence) AS first, max(m.sequence) AS last
+                   FROM (SELECT coalesce(d.event_sequence, (SELECT e.sequence FROM events e WHERE e.id = d.event_id))
+                                AS sequence
+                           FROM deliveries d
+                          WHERE d.endpoint_id = $2 AND d.state IN ('failed', 'held')
+                            AND d.event_created_at >= $3 AND d.event_created_at < $4
+                            AND ($6 OR d.event_created_at >= $7)
+                            AND (cardinality($5::text[]) = 0 AND cardinality($8::text[]) = 0
+                                 OR EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id AND {MEANT}))) m
+             ), never AS (
+                 SELECT count(*) AS n, min(e.sequence) AS first, max(e.sequence) AS last FROM events e
+                  WHERE $6 AND e.developer_id = $1 AND e.created_at < $7 AND {MEANT}
+                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $2 AND d.event_id = e.id)
+             )
+             SELECT made.n + never.n, least(made.first, never.first), greatest(made.last, never.last)
+               FROM made, never"
         ))
         .bind(endpoint.developer_id)
         .bind(&endpoint.id)
         .bind(window.since)
         .bind(window.until)
-        .bind(0_i64)
         .bind(recovery_categories(endpoint))
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
-        .bind(i64::MAX)
         .bind(&endpoint.event_types)
         .fetch_one(&self.pool)
         .await?;
-        Ok(u64::try_from(count).unwrap_or_default())
+        Ok(Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) })
     }
 }
 
@@ -367,8 +389,8 @@ pub(super) async fn recover_batch(
         };
         let queued: i64 = sqlx::query_scalar(&format!(
             "WITH slice AS (SELECT e.id, e.sequence, e.created_at, e.category, e.event_type FROM events e
-                             WHERE e.developer_id = $1 AND e.sequence > $5 AND e.sequence <= $11
-                             ORDER BY e.sequence LIMIT $9),
+                             WHERE e.developer_id = $1 AND e.sequence > $9 AND e.sequence <= $10
+                             ORDER BY e.sequence LIMIT $11),
                   scanned AS (SELECT e.id, e.sequence, e.created_at FROM slice e WHERE {MEANT}),
                   wanted AS ({WANTED}),
                   armed AS (
@@ -392,27 +414,30 @@ pub(super) async fn recover_batch(
         .bind(&endpoint.id)
         .bind(window.since)
         .bind(window.until)
-        .bind(after)
         .bind(recovery_categories(endpoint))
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(endpoint.created_at)
-        .bind(limit)
         .bind(&endpoint.event_types)
+        .bind(after)
         .bind(upto)
+        .bind(limit)
         .fetch_one(tx)
         .await?;
         Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence: Some(upto) })
     }
 }
 
-/// Whether event `e` of developer `$1` is in the window (`$3` to `$4`) and
-/// meant for endpoint `$2`: categories `$6`, event types `$10`, epoch (`$7`,
-/// or created since `$8`).
+/// The parameters every recovery statement binds first, in this order: `$1`
+/// the developer, `$2` the endpoint, `$3` and `$4` the window, `$5` the
+/// endpoint's categories, `$6` whether it is `beginning_of_time`, `$7` its
+/// creation, `$8` its event types.
+///
+/// Whether event `e` is in the window and meant for the endpoint.
 const MEANT: &str = "
     e.created_at >= $3 AND e.created_at < $4
-       AND (cardinality($6::text[]) = 0 OR e.category = ANY ($6))
-       AND (cardinality($10::text[]) = 0 OR e.event_type IS NULL OR e.event_type = ANY ($10))
-       AND ($7 OR e.created_at >= $8)";
+       AND (cardinality($5::text[]) = 0 OR e.category = ANY ($5))
+       AND (cardinality($8::text[]) = 0 OR e.event_type IS NULL OR e.event_type = ANY ($8))
+       AND ($6 OR e.created_at >= $7)";
 
 /// Of the events meant (`scanned`), the ones whose delivery failed or is
 /// upcoming: held, or never made for an event from before a
@@ -422,7 +447,7 @@ const MEANT: &str = "
 const WANTED: &str = "
     SELECT s.id, s.sequence, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
-     WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
+     WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $6 AND s.created_at < $7)";
 
 fn recovery_categories(endpoint: &EndpointRecord) -> Vec<&'static str> {
     endpoint.event_categories.iter().map(|c| c.as_str()).collect()

@@ -17,8 +17,8 @@ impl PgStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
         let started: Result<RecoveryRow, sqlx::Error> = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, now(), now())
+                                     after_sequence, until_sequence, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, now(), now())
              RETURNING {COLUMNS}"
         ))
         .bind(new.id)
@@ -26,8 +26,10 @@ impl PgStore {
         .bind(new.developer_id)
         .bind(new.window.since)
         .bind(new.window.until)
-        .bind(new.total)
+        .bind(new.total())
         .bind(new.api_key_id)
+        .bind(new.range().0)
+        .bind(new.range().1)
         .fetch_one(&self.pool)
         .await;
         match started {
@@ -99,8 +101,9 @@ impl PgStore {
         let range = match held {
             None => return Ok(RecoveryStep { queued: 0, done: true }),
             Some((after, Some(until))) => (after, until),
-            // The first batch fixes the window as a range of the
-            // developer's event sequences, which the batches then walk.
+            // Counted without its range (an older API stored it): the first
+            // batch fixes the window as a range of the developer's event
+            // sequences, which the batches then walk.
             Some((_, None)) => {
                 sqlx::query_as(
                     "UPDATE recoveries r

@@ -8,8 +8,8 @@ use uuid::Uuid;
 use super::{SqliteStore, json_list, micros, time};
 use crate::{
     DeliveredEvent, EndpointRecord, EventDelivery, EventPage, IdempotentEvent, IngestOutcome, NewEvent, QueuedDelivery,
-    RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery, endpoints::category_names,
-    events::RecoveryBatch,
+    Recoverable, RecoveryWindow, SendOutcome, StoreError, StoreResult, StoredEvent, UpcomingDelivery,
+    endpoints::category_names, events::RecoveryBatch,
 };
 use webhooks_model::{Category, EventEpoch};
 
@@ -238,12 +238,16 @@ impl SqliteStore {
         Ok(SendOutcome::Queued)
     }
 
-    pub(crate) async fn recoverable(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<u64> {
-        let count: i64 = sqlx::query_scalar(&format!(
+    pub(crate) async fn recoverable(
+        &self,
+        endpoint: &EndpointRecord,
+        window: RecoveryWindow,
+    ) -> StoreResult<Recoverable> {
+        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
             "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
                                WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
                   wanted AS ({WANTED})
-             SELECT count(*) FROM wanted"
+             SELECT count(*), min(sequence), max(sequence) FROM wanted"
         ))
         .bind(endpoint.developer_id.hyphenated())
         .bind(&endpoint.id)
@@ -257,7 +261,7 @@ impl SqliteStore {
         .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .fetch_one(&self.reader)
         .await?;
-        Ok(u64::try_from(count).unwrap_or_default())
+        Ok(Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) })
     }
 }
 
@@ -341,7 +345,7 @@ const MEANT: &str = "
 /// that never had a delivery for other reasons (its category was added
 /// later) was never upcoming.
 const WANTED: &str = "
-    SELECT s.id, s.created_at FROM scanned s
+    SELECT s.id, s.sequence, s.created_at FROM scanned s
       LEFT JOIN deliveries d ON d.endpoint_id = $2 AND d.event_id = s.id
      WHERE d.state IN ('failed', 'held') OR (d.id IS NULL AND $7 AND s.created_at < $8)";
 

@@ -27,8 +27,8 @@ impl SqliteStore {
         }
         let row: RecoveryRow = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
-                                     created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $8)
+                                     after_sequence, until_sequence, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $10)
              RETURNING {COLUMNS}"
         ))
         .bind(new.id.hyphenated())
@@ -36,8 +36,10 @@ impl SqliteStore {
         .bind(new.developer_id.hyphenated())
         .bind(micros(new.window.since))
         .bind(micros(new.window.until))
-        .bind(new.total)
+        .bind(new.total())
         .bind(new.api_key_id.map(|id| id.hyphenated()))
+        .bind(new.range().0)
+        .bind(new.range().1)
         .bind(now())
         .fetch_one(&mut *tx)
         .await?;
