@@ -133,12 +133,17 @@ impl PgStore {
     /// Deletes rows that were published (or announce nothing any more).
     /// A delivery's message entered its lane by now: its due time moves up
     /// to now, the latest time its message entered (see `sweep.rs`).
+    ///
+    /// The deliveries are locked in id order, as the recorder locks those it
+    /// settles (`record_attempts`): a dispatcher often settles a message
+    /// before its relay round ends, and two statements that lock the same
+    /// rows in different orders deadlock.
     pub async fn delete_outbox(&self, ids: &[i64]) -> StoreResult<()> {
         if !ids.is_empty() {
             sqlx::query(
                 "WITH gone AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING delivery_id, generation)
                  UPDATE deliveries d SET next_attempt_at = greatest(d.next_attempt_at, now())
-                   FROM gone
+                   FROM (SELECT delivery_id, generation FROM gone ORDER BY delivery_id) gone
                   WHERE d.id = gone.delivery_id AND d.generation = gone.generation
                     AND d.state IN ('pending', 'retrying') AND NOT d.set_aside",
             )
