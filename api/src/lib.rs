@@ -236,7 +236,8 @@ async fn serve(
     Ok(())
 }
 
-/// How often housekeeping looks for failing endpoints and expired keys.
+/// How often housekeeping looks for failing endpoints, expired keys and
+/// stale planner statistics.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Endpoint housekeeping, every [`HOUSEKEEPING_INTERVAL`]: disables the
@@ -273,6 +274,11 @@ async fn housekeeping(store: Store, config: Config, producer: Producer, shutdown
             Ok(0) => {}
             Ok(purged) => tracing::info!(purged, "replaced endpoint keys deleted at the end of their overlap"),
             Err(error) => tracing::warn!(%error, "could not delete expired endpoint keys"),
+        }
+        match store.refresh_statistics().await {
+            Ok(tables) if tables.is_empty() => {}
+            Ok(tables) => tracing::debug!(?tables, "analyzed for the planner, as autovacuum would"),
+            Err(error) => tracing::warn!(%error, "could not analyze the tables that changed"),
         }
     }
 }

@@ -118,3 +118,32 @@ async fn delivery_refuses_to_start_with_a_key_that_cannot_open_the_stored_keys()
     dispatcher.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
+
+/// On a server without autovacuum, the API analyzes the tables that changed
+/// as autovacuum would: without it, each connection keeps the plans it made
+/// while the tables were empty, and scans them whole once they are large.
+#[tests::test(distributed)]
+async fn without_autovacuum_the_api_analyzes_the_tables_that_changed() {
+    let api = TestApi::start().await.unwrap();
+    let autovacuum: String = sqlx::query_scalar("SHOW autovacuum").fetch_one(api.pool()).await.unwrap();
+    if autovacuum != "off" {
+        tests::skip("the server runs autovacuum, which analyzes the tables itself");
+        return;
+    }
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    active_endpoint(&api, &key, &receiver.url()).await;
+    ingest_many(&api, key.developer_id(), "customer", 200, 8).await;
+    eventually("events and deliveries are analyzed", WAIT, async || {
+        let analyzed: Vec<String> = sqlx::query_scalar(
+            "SELECT relname::text FROM pg_stat_user_tables
+              WHERE relname IN ('events', 'deliveries') AND last_analyze IS NOT NULL ORDER BY relname",
+        )
+        .fetch_all(api.pool())
+        .await
+        .unwrap();
+        if analyzed == ["deliveries", "events"] { Ok(()) } else { Err(format!("analyzed so far: {analyzed:?}")) }
+    })
+    .await;
+    api.shutdown().await.unwrap();
+}

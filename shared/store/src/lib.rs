@@ -132,6 +132,18 @@ impl Store {
         each_backend!(self, s => s.backlog().await)
     }
 
+    /// Analyzes the tables whose planner statistics are stale by
+    /// autovacuum's rule, when the server runs without it (see
+    /// `pg/statistics.rs`); returns their names. SQLite plans each statement
+    /// as it is prepared and, without statistics, favours the indexes: it
+    /// has nothing to refresh.
+    pub async fn refresh_statistics(&self) -> StoreResult<Vec<String>> {
+        match &self.backend {
+            Backend::Postgres(store) => store.refresh_statistics().await,
+            Backend::Sqlite(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Whether the database answers.
     pub async fn ping(&self) -> StoreResult<()> {
         each_backend!(self, s => s.ping().await)

@@ -65,7 +65,8 @@ async fn warn_without_autovacuum(pool: &PgPool) {
     {
         tracing::warn!(
             "PostgreSQL runs with autovacuum off: the outbox and deliveries tables will slow down as dead rows \
-             pile up; turn it on (ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();)"
+             pile up (the API analyzes the tables that change, but nothing vacuums them); turn it on \
+             (ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();)"
         );
     }
 }

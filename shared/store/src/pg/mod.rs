@@ -15,6 +15,7 @@ mod portal_sessions;
 mod recoveries;
 mod retention;
 mod sealed_keys;
+mod statistics;
 mod sweep;
 mod turns;
 
