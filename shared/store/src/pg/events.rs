@@ -368,7 +368,7 @@ impl PgStore {
 
 /// Queues, in the caller's transaction, the recoverable deliveries among the
 /// developer's next `limit` event sequences after `after`, up to `until` (the
-/// window's last, fixed by the recovery's first batch), as `send` does: one
+/// last sequence the recovery counted), as `send` does: one
 /// forced attempt, a new generation, in the bulk lane. A delivery that is
 /// pending or retrying is left alone, so nothing is queued twice.
 ///
