@@ -4,8 +4,8 @@
 //! `deliveries` was nearly empty hashes the whole table on every admission
 //! check and outbox claim once it holds millions of rows (measured: 19 ms
 //! per admission check at 90,000 deliveries, 250 ms per outbox claim at two
-//! million). When autovacuum is off, the API analyzes a table whose row
-//! count moved by a tenth since the planner last counted it.
+//! million). When autovacuum is off, the API analyzes a table once a tenth
+//! of it changed, as autovacuum would.
 
 use super::PgStore;
 use crate::StoreResult;
@@ -20,16 +20,15 @@ impl PgStore {
         // A table busy with other work (an index built CONCURRENTLY, a
         // manual VACUUM) is left for a later round.
         sqlx::query("SET LOCAL lock_timeout = '1s'").execute(&mut *tx).await?;
-        // The row count against the one the planner holds (autovacuum's
-        // threshold: 50 rows and a tenth): tables whose rows are updated
-        // in place or come and go (developers, the outbox) keep their
-        // plans; tables that grow are counted again. Only tables this role
-        // may analyze.
+        // Autovacuum's own rule: 50 rows and a tenth of the table changed
+        // since the last analyze. (Counting only rows added or removed, so
+        // that tables updated in place are analyzed less, measured a third
+        // fewer events/s end to end.) Only tables this role may analyze.
         let stale: Vec<String> = sqlx::query_scalar(
             "SELECT format('%I.%I', s.schemaname, s.relname) FROM pg_stat_user_tables s
                JOIN pg_class c ON c.oid = s.relid
               WHERE current_setting('autovacuum') = 'off' AND s.schemaname = current_schema()
-                AND abs(s.n_live_tup - greatest(c.reltuples, 0)) > 50 + 0.1 * greatest(c.reltuples, 0)
+                AND s.n_mod_since_analyze > 50 + 0.1 * greatest(s.n_live_tup, 0)
                 AND pg_has_role(c.relowner, 'USAGE')
                 AND pg_try_advisory_xact_lock($1)
               ORDER BY s.relname",
