@@ -21,6 +21,14 @@ pub struct Recoverable {
     pub sequences: Option<(i64, i64)>,
 }
 
+impl Recoverable {
+    /// From a count's row as both backends select it: the count, the first
+    /// and the last sequence.
+    pub(crate) fn from_row((count, first, last): (i64, Option<i64>, Option<i64>)) -> Recoverable {
+        Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) }
+    }
+}
+
 /// A recovery about to start.
 #[derive(Debug, Clone)]
 pub struct NewRecovery {
@@ -129,5 +137,32 @@ impl From<RecoveryRow> for Recovery {
             updated_at: row.updated_at.0,
             finished_at: optional(row.finished_at),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(count: u64, sequences: Option<(i64, i64)>) -> NewRecovery {
+        let at = webhooks_model::time::now();
+        NewRecovery {
+            id: Uuid::nil(),
+            endpoint_id: "ep_1".into(),
+            developer_id: Uuid::nil(),
+            window: RecoveryWindow { since: at, until: at },
+            counted: Recoverable { count, sequences },
+            api_key_id: None,
+        }
+    }
+
+    #[test]
+    fn a_recovery_starts_just_before_the_first_sequence_it_counted() {
+        // Batches take sequences after the cursor, up to the end inclusive.
+        assert_eq!(counted(3, Some((7, 12))).range(), (6, Some(12)));
+        assert_eq!(counted(1, Some((1, 1))).range(), (0, Some(1)));
+        // Without a range its first batch takes the window's.
+        assert_eq!(counted(0, None).range(), (0, None));
+        assert_eq!(counted(u64::MAX, None).total(), i64::MAX);
     }
 }

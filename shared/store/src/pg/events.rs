@@ -333,7 +333,7 @@ impl PgStore {
         endpoint: &EndpointRecord,
         window: RecoveryWindow,
     ) -> StoreResult<Recoverable> {
-        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+        let counted = sqlx::query_as(&format!(
             "WITH made AS (
                  SELECT count(*) AS n, min(m.sequence) AS first, max(m.sequence) AS last
                    FROM (SELECT coalesce(d.event_sequence, (SELECT e.sequence FROM events e WHERE e.id = d.event_id))
@@ -362,7 +362,7 @@ impl PgStore {
         .bind(&endpoint.event_types)
         .fetch_one(&self.pool)
         .await?;
-        Ok(Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) })
+        Ok(Recoverable::from_row(counted))
     }
 }
 

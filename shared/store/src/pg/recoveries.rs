@@ -15,6 +15,7 @@ const ONE_RUNNING: &str = "recoveries_one_running";
 
 impl PgStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        let (after, until) = new.range();
         let started: Result<RecoveryRow, sqlx::Error> = sqlx::query_as(&format!(
             "INSERT INTO recoveries (id, endpoint_id, developer_id, since, until, state, total, api_key_id,
                                      after_sequence, until_sequence, created_at, updated_at)
@@ -28,8 +29,8 @@ impl PgStore {
         .bind(new.window.until)
         .bind(new.total())
         .bind(new.api_key_id)
-        .bind(new.range().0)
-        .bind(new.range().1)
+        .bind(after)
+        .bind(until)
         .fetch_one(&self.pool)
         .await;
         match started {

@@ -17,9 +17,6 @@ const ANALYZING: i64 = 0x7765_6268_6f6f_6b73;
 impl PgStore {
     pub(crate) async fn refresh_statistics(&self) -> StoreResult<Vec<String>> {
         let mut tx = self.pool.begin().await?;
-        // A table busy with other work (an index built CONCURRENTLY, a
-        // manual VACUUM) is left for a later round.
-        sqlx::query("SET LOCAL lock_timeout = '1s'").execute(&mut *tx).await?;
         // Autovacuum's own rule: 50 rows and a tenth of the table changed
         // since the last analyze. (Counting only rows added or removed, so
         // that tables updated in place are analyzed less, measured a third
@@ -37,6 +34,9 @@ impl PgStore {
         .fetch_all(&mut *tx)
         .await?;
         if !stale.is_empty() {
+            // A table busy with other work (an index built CONCURRENTLY, a
+            // manual VACUUM) is left for a later round.
+            sqlx::query("SET LOCAL lock_timeout = '1s'").execute(&mut *tx).await?;
             sqlx::query(&format!("ANALYZE {}", stale.join(", "))).execute(&mut *tx).await?;
         }
         tx.commit().await?;

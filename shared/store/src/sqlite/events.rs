@@ -243,7 +243,7 @@ impl SqliteStore {
         endpoint: &EndpointRecord,
         window: RecoveryWindow,
     ) -> StoreResult<Recoverable> {
-        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+        let counted = sqlx::query_as(&format!(
             "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
                                WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
                   wanted AS ({WANTED})
@@ -261,7 +261,7 @@ impl SqliteStore {
         .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .fetch_one(&self.reader)
         .await?;
-        Ok(Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) })
+        Ok(Recoverable::from_row(counted))
     }
 }
 

@@ -16,6 +16,7 @@ fn now() -> i64 {
 
 impl SqliteStore {
     pub(crate) async fn start_recovery(&self, new: &NewRecovery) -> StoreResult<RecoveryStart> {
+        let (after, until) = new.range();
         let mut tx = self.begin().await?;
         let running: Option<RecoveryRow> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 AND state = 'running'"))
@@ -38,8 +39,8 @@ impl SqliteStore {
         .bind(micros(new.window.until))
         .bind(new.total())
         .bind(new.api_key_id.map(|id| id.hyphenated()))
-        .bind(new.range().0)
-        .bind(new.range().1)
+        .bind(after)
+        .bind(until)
         .bind(now())
         .fetch_one(&mut *tx)
         .await?;
