@@ -146,6 +146,60 @@ async fn deliveries_of_a_purged_work_queue_still_arrive_once() {
     api.shutdown().await.unwrap();
 }
 
+/// An outbox row the relay publishes long after its delivery fell due (the
+/// relay was away) moves the delivery's due time up to the publish, so the
+/// sweeper does not take its message, still waiting in the queue, for lost;
+/// it arrives once, unswept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_published_late_from_the_outbox_is_due_from_its_publish() {
+    let api = TestApi::start_with(options("1s", true)).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    receiver.reply_always(Reply::ok());
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let ids: Vec<String> = ingest_many(&api, key.developer_id(), "transfer", 5, 5).await.iter().map(event_id).collect();
+    let (connection, channel) = channel(&api).await;
+    let queue = format!("{}.deliveries", api.prefix);
+    wait_queued(&api, &channel, &queue, 5).await;
+    channel.queue_purge(queue.as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+
+    // Rows written an hour ago, published only now.
+    let pool = api.pool();
+    let written: i64 = sqlx::query_scalar(
+        "WITH due AS (UPDATE deliveries SET next_attempt_at = now() - interval '1 hour'
+                       WHERE endpoint_id = $1 RETURNING id, generation, lane),
+              rows AS (INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
+                       SELECT '', '', lane, id, generation, false FROM due RETURNING 1)
+         SELECT count(*) FROM rows",
+    )
+    .bind(id(&endpoint))
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(written, 5);
+    wait_queued(&api, &channel, &queue, 5).await;
+    let stale: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND next_attempt_at < now() - interval '1 minute'",
+    )
+    .bind(id(&endpoint))
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(stale, 0, "the relay moved every due time up to its publish");
+
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    wait_for_events(&receiver, &ids, WAIT).await;
+    wait_nothing_upcoming(&api, &key, &endpoint).await;
+    assert_eq!(receiver.count(), 5, "{:?}", received_ids(&receiver));
+    let generations: Vec<i32> =
+        sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(pool).await.unwrap();
+    assert_eq!(generations, [0], "no delivery was swept");
+
+    let _ = connection.close(200, "done".into()).await;
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backlog_behind_a_saturated_endpoint_is_not_swept() {
     // One attempt at a time to an endpoint that takes 2 s per event: twelve

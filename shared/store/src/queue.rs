@@ -62,9 +62,11 @@ impl Outbox {
         self.0.claim_outbox(limit, lease).await
     }
 
-    /// Deletes rows that were published (or announce nothing any more).
-    pub async fn delete(&self, ids: &[i64]) -> StoreResult<()> {
-        self.0.delete_outbox(ids).await
+    /// Deletes rows that were published (or announce nothing any more);
+    /// their messages entered stamped `entered`. A delivery due more than
+    /// `allowance` before that has its due time moved up to it.
+    pub async fn delete(&self, ids: &[i64], entered: DateTime<Utc>, allowance: Duration) -> StoreResult<()> {
+        self.0.delete_outbox(ids, entered, allowance).await
     }
 
     /// Gives claimed rows back at once, for the next round to try again.

@@ -49,6 +49,15 @@ pub struct BrokerSettings {
     pub faults: crate::Faults,
 }
 
+/// How long after its due time a delivery's message may still enter its
+/// lane, which the sweeper allows for before it calls the delivery stranded.
+/// A first attempt published straight after its ingest enters within it (one
+/// the broker does not confirm gets an outbox row, which the sweep leaves
+/// alone); a row the relay publishes later than this moves its delivery's due
+/// time up to the publish. A message later still is queued again, and the
+/// late copy is dropped unsent.
+pub(crate) const PUBLISH_ALLOWANCE: Duration = Duration::from_secs(5);
+
 /// Deliveries released per statement when an endpoint recovers.
 const RELEASE_BATCH: i64 = 1000;
 

@@ -424,7 +424,7 @@ impl Relay {
                 }
             }
         }
-        self.outbox.delete(&done).await.context("delete outbox rows")?;
+        self.outbox.delete(&done, claimed_at, super::PUBLISH_ALLOWANCE).await.context("delete outbox rows")?;
         self.outbox.release(&refused).await.context("release outbox rows")?;
         let published = done.len() - dropped;
         self.metrics.outbox_published.inc_by(u64::try_from(published).unwrap_or(0));

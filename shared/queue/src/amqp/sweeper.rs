@@ -9,7 +9,7 @@
 //! observed at least [`SweepSettings::in_flight`] ago, so an attempt under
 //! way then has settled: a delivery due before that watermark, with no
 //! outbox row, is in no queue. A stranded delivery is so queued again within
-//! a second, the in-flight margin, [`PUBLISH_ALLOWANCE`] and a sweep period
+//! a second, the in-flight margin, [`PUBLISH_ALLOWANCE`](super::PUBLISH_ALLOWANCE) and a sweep period
 //! of becoming stranded: `DELIVERY_TIMEOUT` plus 14 s, less than two
 //! `SWEEP_INTERVAL`s (at least 10 s, and 5 s longer than
 //! `DELIVERY_TIMEOUT`). Each batch is one statement with
@@ -37,12 +37,6 @@ pub const SWEEP_LIMIT: i32 = 5;
 const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 /// How often the lanes are swept at most.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
-/// How long after its due time a first attempt published straight after its
-/// ingest may still enter its lane: the relay publishes it at once, and one
-/// the broker does not confirm gets an outbox row (which the sweep leaves
-/// alone). A message later than this is queued again, and the late copy is
-/// dropped unsent.
-const PUBLISH_ALLOWANCE: Duration = Duration::from_secs(5);
 /// Stranded deliveries counted at most for the gauge.
 const COUNT_AT_MOST: i64 = 1_000_000;
 
@@ -91,7 +85,7 @@ impl Observation {
             Lane::Default => self.default,
             Lane::Bulk => self.bulk,
         };
-        Some(mark? - chrono::Duration::from_std(PUBLISH_ALLOWANCE).unwrap_or_default())
+        Some(mark? - chrono::Duration::from_std(super::PUBLISH_ALLOWANCE).unwrap_or_default())
     }
 }
 

@@ -102,6 +102,14 @@ impl Row {
     }
 }
 
+/// A delivery of `d` still owed whose due time is more than the allowance
+/// (`$2`, seconds) before its message entered (`$3`, or now if later).
+const LATE: &str = "d.state IN ('pending', 'retrying') AND NOT d.set_aside
+                    AND d.next_attempt_at < greatest(now(), $3) - make_interval(secs => $2)";
+
+/// The due time of a late delivery once its message entered.
+const MOVED_UP: &str = "greatest(d.next_attempt_at, now(), $3)";
+
 impl PgStore {
     /// Claims up to `limit` of the oldest unclaimed rows for `lease` (rows
     /// another relay claimed are skipped until its claim lapses) and returns
@@ -131,23 +139,60 @@ impl PgStore {
     }
 
     /// Deletes rows that were published (or announce nothing any more).
-    /// A delivery's message entered its lane by now: its due time moves up
-    /// to now, the latest time its message entered (see `sweep.rs`).
     ///
-    /// The deliveries are locked in id order, as the recorder locks those it
-    /// settles (`record_attempts`): a dispatcher often settles a message
-    /// before its relay round ends, and two statements that lock the same
-    /// rows in different orders deadlock.
-    pub async fn delete_outbox(&self, ids: &[i64]) -> StoreResult<()> {
-        if !ids.is_empty() {
-            sqlx::query(
-                "WITH gone AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING delivery_id, generation)
-                 UPDATE deliveries d SET next_attempt_at = greatest(d.next_attempt_at, now())
-                   FROM (SELECT delivery_id, generation FROM gone ORDER BY delivery_id) gone
-                  WHERE d.id = gone.delivery_id AND d.generation = gone.generation
-                    AND d.state IN ('pending', 'retrying') AND NOT d.set_aside",
-            )
-            .bind(ids)
+    /// Their messages entered their lanes stamped `entered`. The sweeper
+    /// allows any message `allowance` past its delivery's due time to enter
+    /// (see `sweep.rs`), so only a delivery due longer before the stamp (or
+    /// before now) has its due time moved up to the later of the two; a row
+    /// published soon after it was written (nearly all) costs no write to
+    /// `deliveries`.
+    ///
+    /// The statement skips a delivery another transaction holds locked
+    /// rather than wait for it: a dispatcher often settles a message before
+    /// its relay round ends, and two statements whose plans visit the same
+    /// rows in different orders deadlock. The skipped ones are moved up
+    /// afterwards, one statement each, which waits for the holder and then
+    /// looks again: one row lock at a time cannot close a cycle.
+    pub async fn delete_outbox(
+        &self,
+        ids: &[i64],
+        entered: DateTime<Utc>,
+        allowance: std::time::Duration,
+    ) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let skipped: Vec<(i64, i32)> = sqlx::query_as(&format!(
+            "WITH gone AS (DELETE FROM outbox WHERE id = ANY($1) RETURNING delivery_id, generation),
+                  late AS MATERIALIZED (
+                      SELECT d.id, d.generation FROM deliveries d
+                        JOIN gone ON d.id = gone.delivery_id AND d.generation = gone.generation
+                       WHERE {LATE}),
+                  locked AS MATERIALIZED (
+                      SELECT d.id FROM deliveries d JOIN late ON late.id = d.id
+                       WHERE {LATE}
+                       ORDER BY d.id
+                         FOR NO KEY UPDATE OF d SKIP LOCKED),
+                  moved AS (
+                      UPDATE deliveries d SET next_attempt_at = {MOVED_UP}
+                        FROM locked WHERE d.id = locked.id
+                      RETURNING d.id)
+             SELECT id, generation FROM late WHERE id NOT IN (SELECT id FROM moved)"
+        ))
+        .bind(ids)
+        .bind(allowance.as_secs_f64())
+        .bind(entered)
+        .fetch_all(&self.pool)
+        .await?;
+        for (delivery_id, generation) in skipped {
+            sqlx::query(&format!(
+                "UPDATE deliveries d SET next_attempt_at = {MOVED_UP}
+                  WHERE d.id = $1 AND d.generation = $4 AND {LATE}"
+            ))
+            .bind(delivery_id)
+            .bind(allowance.as_secs_f64())
+            .bind(entered)
+            .bind(generation)
             .execute(&self.pool)
             .await?;
         }

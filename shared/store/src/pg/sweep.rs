@@ -1,14 +1,15 @@
 //! The sweeper's statements (DESIGN.md, "Knowing what is stranded").
 //!
 //! A delivery that is owed (`pending` or `retrying`), not set aside, and due
-//! before its lane's watermark is in no queue: every message that entered
-//! the lane before the watermark has been handed out, and a delivery's due
-//! time is the latest its message can enter (a retry's is the end of its
-//! retry queue's TTL; a message published from the outbox moves it to the
-//! publish; a first attempt published after its ingest enters within the
-//! sweeper's allowance of it, or its delivery gets an outbox row). Such a delivery is queued
-//! again under a new generation, so whatever older message of it still
-//! turns up is dropped unsent. Deliveries set aside behind a hanging
+//! before its lane's watermark less the sweeper's allowance is in no queue:
+//! every message that entered the lane before the watermark has been handed
+//! out, and a message enters at the latest the allowance after its
+//! delivery's due time (a retry's due time is the end of its retry queue's
+//! TTL; a first attempt is published straight after its ingest, or its
+//! delivery gets an outbox row; a row the relay publishes later than the
+//! allowance moves the due time up to the publish). Such a delivery is
+//! queued again under a new generation, so whatever older message of it
+//! still turns up is dropped unsent. Deliveries set aside behind a hanging
 //! endpoint have no message by design: they are queued again once due, or
 //! when a dispatcher hears the endpoint answer.
 
