@@ -9,14 +9,14 @@
 //! observed at least [`SweepSettings::in_flight`] ago, so an attempt under
 //! way then has settled: a delivery due before that watermark, with no
 //! outbox row, is in no queue. A stranded delivery is so queued again within
-//! a second, the in-flight margin, [`PUBLISH_ALLOWANCE`](super::PUBLISH_ALLOWANCE) and a sweep period
-//! of becoming stranded: `DELIVERY_TIMEOUT` plus 14 s, less than two
-//! `SWEEP_INTERVAL`s (at least 10 s, and 5 s longer than
-//! `DELIVERY_TIMEOUT`). Each batch is one statement with
-//! `SKIP LOCKED`, so any number of API processes sweep side by side. The
-//! same rounds queue again set-aside deliveries that are due; every half
-//! `SWEEP_INTERVAL` the sweeper also walks the stalled turns of ordered
-//! endpoints and refreshes the queue's gauges.
+//! a second, the in-flight margin, [`PUBLISH_ALLOWANCE`](super::PUBLISH_ALLOWANCE)
+//! and a sweep period of becoming stranded: `DELIVERY_TIMEOUT` plus 14 s, less
+//! than two `SWEEP_INTERVAL`s (at least 10 s, and 5 s longer than
+//! `DELIVERY_TIMEOUT`). Each batch is one statement with `SKIP LOCKED`, so any
+//! number of API processes sweep side by side. The same rounds queue again
+//! set-aside deliveries that are due; every half `SWEEP_INTERVAL` the sweeper
+//! also walks the stalled turns of ordered endpoints and refreshes the queue's
+//! gauges.
 
 use std::{collections::VecDeque, sync::Arc, time::Duration};
 

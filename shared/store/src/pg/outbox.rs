@@ -168,6 +168,7 @@ impl PgStore {
                       SELECT d.id, d.generation FROM deliveries d
                         JOIN gone ON d.id = gone.delivery_id AND d.generation = gone.generation
                        WHERE {LATE}),
+                  -- Checked again on the row as it stands once locked.
                   locked AS MATERIALIZED (
                       SELECT d.id FROM deliveries d JOIN late ON late.id = d.id
                        WHERE {LATE}
@@ -184,17 +185,21 @@ impl PgStore {
         .bind(entered)
         .fetch_all(&self.pool)
         .await?;
+        if skipped.is_empty() {
+            return Ok(());
+        }
+        let move_up = format!(
+            "UPDATE deliveries d SET next_attempt_at = {MOVED_UP}
+              WHERE d.id = $1 AND d.generation = $4 AND {LATE}"
+        );
         for (delivery_id, generation) in skipped {
-            sqlx::query(&format!(
-                "UPDATE deliveries d SET next_attempt_at = {MOVED_UP}
-                  WHERE d.id = $1 AND d.generation = $4 AND {LATE}"
-            ))
-            .bind(delivery_id)
-            .bind(allowance.as_secs_f64())
-            .bind(entered)
-            .bind(generation)
-            .execute(&self.pool)
-            .await?;
+            sqlx::query(&move_up)
+                .bind(delivery_id)
+                .bind(allowance.as_secs_f64())
+                .bind(entered)
+                .bind(generation)
+                .execute(&self.pool)
+                .await?;
         }
         Ok(())
     }
