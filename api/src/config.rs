@@ -82,9 +82,11 @@ pub struct Config {
     #[arg(long, env = "SWEEP_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub sweep_interval: Duration,
 
-    /// Event sequences a recovery goes through per transaction; each batch is
-    /// followed by a pause at least as long, so recoveries never starve ingest.
-    #[arg(long, env = "RECOVERY_BATCH", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Deliveries a recovery queues per transaction at most (it reads at
+    /// most ten events for each); each batch is followed by a pause at least
+    /// as long, so recoveries never starve ingest. Small batches reach the
+    /// dispatchers as a trickle that live traffic does not wait behind.
+    #[arg(long, env = "RECOVERY_BATCH", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub recovery_batch: u32,
 
     /// Deliveries recoveries may queue per second, in all, per API process

@@ -195,12 +195,12 @@ async fn thousands_of_events_are_recovered_in_the_background_each_once() {
     api.shutdown().await.unwrap();
 }
 
-/// The recovery of an endpoint whose window is `since` `started` a second
-/// ago, up to now, in batches of ten events.
+/// The recovery window from a second before `started` up to now.
 fn since(started: chrono::DateTime<chrono::Utc>) -> Value {
     json!({ "since": webhooks_model::time::format(&(started - chrono::Duration::seconds(1))) })
 }
 
+/// Recoveries queueing ten deliveries per batch, whatever the default.
 fn batches_of_ten() -> ApiOptions {
     ApiOptions { extra_args: vec!["--recovery-batch".into(), "10".into()], ..ApiOptions::default() }
 }

@@ -514,7 +514,7 @@ pub struct Recovering {
 /// the retry schedule. Deliveries already pending or retrying are left
 /// alone, so no event is queued twice. Answers at once with the count; the
 /// deliveries are queued in the background, in batches (`RECOVERY_BATCH`
-/// event sequences, 100 by default), oldest first, at most `RECOVERY_RATE`
+/// deliveries, 10 by default), oldest first, at most `RECOVERY_RATE`
 /// deliveries per second per API process. The recovery's progress is stored
 /// with each batch: a stop of the process, or an error, pauses it, and
 /// whichever API process is running takes it up where it was. One recovery

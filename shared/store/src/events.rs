@@ -140,12 +140,31 @@ pub(crate) struct RecoveryBatch {
 }
 
 impl RecoveryBatch {
-    /// The end of the batch after sequence `after` of a range ending at
-    /// `until`: `limit` sequences at most. A developer's sequences are
-    /// unique, so a batch reads at most `limit` events whatever plan the
-    /// database picks. `None` once the range is done.
+    /// Events a batch reads at most for each delivery it may queue: a window
+    /// where few events are meant for the endpoint is still walked quickly.
+    pub(crate) const EVENTS_PER_DELIVERY: i64 = 10;
+
+    /// The end of the slice a batch of at most `limit` deliveries reads
+    /// after sequence `after` of a range ending at `until`:
+    /// [`Self::EVENTS_PER_DELIVERY`] times `limit` sequences at most. A
+    /// developer's sequences are unique, so a batch reads a bounded number
+    /// of events whatever plan the database picks. `None` once the range is
+    /// done.
     pub(crate) fn slice_end(after: i64, until: i64, limit: i64) -> Option<i64> {
-        (after < until).then(|| until.min(after.saturating_add(limit)))
+        let events = limit.saturating_mul(Self::EVENTS_PER_DELIVERY);
+        (after < until).then(|| until.min(after.saturating_add(events)))
+    }
+
+    /// What a batch did that queued the `wanted` deliveries of its slice
+    /// ending at `upto`, the latest at sequence `last_wanted`, taking at
+    /// most `limit`: a batch that took its fill ends at its last delivery's
+    /// event, and the next one starts after it.
+    pub(crate) fn taken(queued: u64, (wanted, last_wanted): (i64, Option<i64>), limit: i64, upto: i64) -> Self {
+        let last_sequence = match last_wanted {
+            Some(last) if wanted >= limit => last,
+            _ => upto,
+        };
+        RecoveryBatch { queued, last_sequence: Some(last_sequence) }
     }
 }
 
@@ -191,5 +210,24 @@ mod tests {
             event(b, Some("k")),
         ];
         assert_eq!(later_twins(&batch), [false, false, false, true, false, false, true]);
+    }
+
+    #[test]
+    fn a_recovery_batch_reads_ten_events_a_delivery_and_ends_at_its_fill() {
+        assert_eq!(RecoveryBatch::slice_end(100, 10_000, 10), Some(200));
+        assert_eq!(RecoveryBatch::slice_end(100, 150, 10), Some(150));
+        assert_eq!(RecoveryBatch::slice_end(150, 150, 10), None);
+        // Its fill taken at the event of sequence 130: the next batch starts
+        // after it, though the slice went on to 200.
+        assert_eq!(RecoveryBatch::taken(10, (10, Some(130)), 10, 200).last_sequence, Some(130));
+        // Fewer wanted than it may take, or none: the whole slice is done.
+        assert_eq!(RecoveryBatch::taken(3, (3, Some(130)), 10, 200).last_sequence, Some(200));
+        assert_eq!(RecoveryBatch::taken(0, (0, None), 10, 200).last_sequence, Some(200));
+        // A delivery changed meanwhile is wanted but not queued: the cursor
+        // still follows what was wanted.
+        assert_eq!(
+            RecoveryBatch::taken(9, (10, Some(130)), 10, 200),
+            RecoveryBatch { queued: 9, last_sequence: Some(130) }
+        );
     }
 }

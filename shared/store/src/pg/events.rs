@@ -366,16 +366,19 @@ impl PgStore {
     }
 }
 
-/// Queues, in the caller's transaction, the recoverable deliveries among the
-/// developer's next `limit` event sequences after `after`, up to `until` (the
-/// last sequence the recovery counted), as `send` does: one
+/// Queues, in the caller's transaction, the first `limit` recoverable
+/// deliveries among the developer's event sequences after `after`, up to
+/// `until` (the last sequence the recovery counted), as `send` does: one
 /// forced attempt, a new generation, in the bulk lane. A delivery that is
 /// pending or retrying is left alone, so nothing is queued twice.
 ///
 /// A batch is one slice of the `(developer_id, sequence)` index that the
-/// window, categories and event types filter: whatever the planner's
-/// statistics say (a burst of events not analyzed yet), a batch reads
-/// `limit` events, never the whole window again.
+/// window, categories and event types filter
+/// ([`RecoveryBatch::slice_end`]): whatever the planner's statistics say (a
+/// burst of events not analyzed yet), a batch reads a bounded number of
+/// events, never the whole window again. A batch stays small so that what
+/// it queues reaches the relay and the dispatchers as a trickle, not as a
+/// burst that live traffic waits behind.
 pub(super) async fn recover_batch(
     tx: &mut sqlx::PgConnection,
     endpoint: &EndpointRecord,
@@ -387,12 +390,12 @@ pub(super) async fn recover_batch(
         let Some(upto) = RecoveryBatch::slice_end(after, until, limit) else {
             return Ok(RecoveryBatch { queued: 0, last_sequence: None });
         };
-        let queued: i64 = sqlx::query_scalar(&format!(
+        let (queued, wanted, last_wanted): (i64, i64, Option<i64>) = sqlx::query_as(&format!(
             "WITH slice AS (SELECT e.id, e.sequence, e.created_at, e.category, e.event_type FROM events e
                              WHERE e.developer_id = $1 AND e.sequence > $9 AND e.sequence <= $10
-                             ORDER BY e.sequence LIMIT $11),
+                             ORDER BY e.sequence),
                   scanned AS (SELECT e.id, e.sequence, e.created_at FROM slice e WHERE {MEANT}),
-                  wanted AS ({WANTED}),
+                  wanted AS (SELECT * FROM ({WANTED}) w ORDER BY w.sequence LIMIT $11),
                   armed AS (
                       INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at,
                                               event_sequence, lane)
@@ -408,7 +411,7 @@ pub(super) async fn recover_batch(
                       INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force)
                       SELECT '', '', 'bulk', id, generation, true FROM armed
                       RETURNING 1)
-             SELECT count(*) FROM queued"
+             SELECT (SELECT count(*) FROM queued), (SELECT count(*) FROM wanted), (SELECT max(sequence) FROM wanted)"
         ))
         .bind(endpoint.developer_id)
         .bind(&endpoint.id)
@@ -423,7 +426,7 @@ pub(super) async fn recover_batch(
         .bind(limit)
         .fetch_one(tx)
         .await?;
-        Ok(RecoveryBatch { queued: u64::try_from(queued).unwrap_or_default(), last_sequence: Some(upto) })
+        Ok(RecoveryBatch::taken(u64::try_from(queued).unwrap_or_default(), (wanted, last_wanted), limit, upto))
     }
 }
 

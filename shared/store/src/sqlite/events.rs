@@ -265,9 +265,9 @@ impl SqliteStore {
     }
 }
 
-/// Queues, in the caller's transaction, the recoverable deliveries among the
-/// developer's next `limit` event sequences after `after`, up to `until`
-/// (see the PostgreSQL store's `recover_batch`).
+/// Queues, in the caller's transaction, the first `limit` recoverable
+/// deliveries among the developer's event sequences after `after`, up to
+/// `until` (see the PostgreSQL store's `recover_batch`).
 pub(super) async fn recover_batch(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     endpoint: &EndpointRecord,
@@ -297,12 +297,14 @@ pub(super) async fn recover_batch(
         .bind(json_list(category_names(&endpoint.event_categories)))
         .bind(endpoint.event_epoch == EventEpoch::BeginningOfTime)
         .bind(micros(endpoint.created_at))
-        .bind(limit)
+        .bind(upto - after)
         .bind(json_list(endpoint.event_types.iter().map(String::as_str).collect()))
         .bind(upto)
         .fetch_all(&mut **tx)
         .await?;
-        let wanted = scanned.into_iter().filter(|row| row.3);
+        let wanted: Vec<_> =
+            scanned.into_iter().filter(|row| row.3).take(limit.try_into().unwrap_or(usize::MAX)).collect();
+        let taken = (i64::try_from(wanted.len()).unwrap_or(i64::MAX), wanted.last().map(|row| row.2));
         let mut queued = 0;
         for (event_id, created_at, sequence, _) in wanted {
             // As `send`: a new generation, one forced attempt.
@@ -326,7 +328,7 @@ pub(super) async fn recover_batch(
             .await?
             .rows_affected();
         }
-        Ok(RecoveryBatch { queued, last_sequence: Some(upto) })
+        Ok(RecoveryBatch::taken(queued, taken, limit, upto))
     }
 }
 
