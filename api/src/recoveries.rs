@@ -42,9 +42,9 @@ pub struct Recoveries {
 }
 
 impl Recoveries {
-    /// Starts the worker on `tasks` until `shutdown`, going through `batch`
-    /// events per transaction and queueing at most `rate` deliveries per
-    /// second (0: no limit); `producer` is told when something was queued.
+    /// Starts the worker on `tasks` until `shutdown`, queueing at most
+    /// `batch` deliveries per transaction and at most `rate` per second (0:
+    /// no limit); `producer` is told when something was queued.
     pub fn start(
         store: Store,
         producer: Producer,

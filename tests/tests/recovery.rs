@@ -263,6 +263,41 @@ async fn a_recovery_cut_by_a_restart_goes_on_and_queues_each_delivery_once() {
     api.shutdown().await.unwrap();
 }
 
+/// A batch takes at most `RECOVERY_BATCH` deliveries from a slice of ten
+/// events for each, and ends at the last one it took: where the endpoint's
+/// events are mixed with others it does not take, and a few of its own
+/// were queued already, every upcoming one is queued once and nothing else
+/// goes out.
+#[tests::test]
+async fn batches_that_fill_mid_slice_queue_every_upcoming_delivery_once() {
+    const ROUNDS: usize = 150;
+    let api = TestApi::start_with(batches_of_ten()).await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = create(&api, &key, json!({ "url": receiver.url(), "event_categories": ["transfer"] })).await;
+    let started = webhooks_model::time::now();
+    // Transfers and customer events in turn: half the slice is not the
+    // endpoint's.
+    let mut transfers = Vec::new();
+    for n in 0..ROUNDS {
+        transfers.push(ingest(&api, key.developer_id(), "transfer", n).await);
+        ingest(&api, key.developer_id(), "customer", n).await;
+    }
+    // Three of them sent already: pending, so not the recovery's.
+    for event in [&transfers[3], &transfers[40], &transfers[77]] {
+        assert_sent(&send(&api, &key, &webhook, &event_id(event)).await);
+    }
+
+    assert_eq!(recover(&api, &key, &webhook, since(started)).await, (ROUNDS - 3) as u64);
+    let path = format!("/webhooks/{}/recover", id(&webhook));
+    let done = finished(&api, &key, &path).await;
+    assert_eq!(done["queued"].as_i64(), Some((ROUNDS - 3) as i64), "{done}");
+    // The three sent, then the recovered: each transfer once, no customer
+    // event.
+    each_delivered_once(&api, &receiver, &transfers, WAIT).await;
+    api.shutdown().await.unwrap();
+}
+
 /// `RECOVERY_RATE` paces what recoveries queue: 100 deliveries at 50 a
 /// second take at least two seconds, whatever the batches could do.
 #[tests::test]

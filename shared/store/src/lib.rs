@@ -458,9 +458,10 @@ impl Store {
         each_backend!(self, s => s.claim_recoveries(owner, lease, limit).await)
     }
 
-    /// Queues the next `batch` events of `recovery`'s window (as `send`
-    /// does, skipping deliveries already pending or retrying) and moves its
-    /// progress on, in one transaction, renewing `owner`'s lease; finishes
+    /// Queues the next `batch` deliveries of `recovery`'s window at most,
+    /// reading at most ten events for each (as `send` does, skipping
+    /// deliveries already pending or retrying) and moves its progress on,
+    /// in one transaction, renewing `owner`'s lease; finishes
     /// it once the window is done or its endpoint is gone. Nothing, and
     /// `done`, when `owner` no longer holds it.
     pub async fn recovery_step(

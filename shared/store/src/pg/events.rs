@@ -367,8 +367,9 @@ impl PgStore {
 }
 
 /// Queues, in the caller's transaction, the first `limit` recoverable
-/// deliveries among the developer's event sequences after `after`, up to
-/// `until` (the last sequence the recovery counted), as `send` does: one
+/// deliveries in the slice of the developer's event sequences after `after`
+/// that [`RecoveryBatch::slice_end`] gives, up to `until` at most (the last
+/// sequence the recovery counted), as `send` does: one
 /// forced attempt, a new generation, in the bulk lane. A delivery that is
 /// pending or retrying is left alone, so nothing is queued twice.
 ///
@@ -393,7 +394,7 @@ pub(super) async fn recover_batch(
         let (queued, wanted, last_wanted): (i64, i64, Option<i64>) = sqlx::query_as(&format!(
             "WITH slice AS (SELECT e.id, e.sequence, e.created_at, e.category, e.event_type FROM events e
                              WHERE e.developer_id = $1 AND e.sequence > $9 AND e.sequence <= $10
-                             ORDER BY e.sequence),
+                             ORDER BY e.sequence LIMIT $10 - $9),
                   scanned AS (SELECT e.id, e.sequence, e.created_at FROM slice e WHERE {MEANT}),
                   wanted AS (SELECT * FROM ({WANTED}) w ORDER BY w.sequence LIMIT $11),
                   armed AS (

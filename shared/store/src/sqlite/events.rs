@@ -266,8 +266,9 @@ impl SqliteStore {
 }
 
 /// Queues, in the caller's transaction, the first `limit` recoverable
-/// deliveries among the developer's event sequences after `after`, up to
-/// `until` (see the PostgreSQL store's `recover_batch`).
+/// deliveries in the slice of the developer's event sequences after `after`
+/// that [`RecoveryBatch::slice_end`] gives (see the PostgreSQL store's
+/// `recover_batch`).
 pub(super) async fn recover_batch(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     endpoint: &EndpointRecord,
