@@ -162,3 +162,41 @@ async fn a_dispatcher_killed_mid_run_loses_nothing() {
     successor.stop().await.unwrap();
     api.shutdown().await.unwrap();
 }
+
+/// The database ends every connection of the services (a failover, an
+/// operator's `pg_terminate_backend`) between two events: the next ingest
+/// is answered 201 at once, not with an error for the connection the writer
+/// kept, and every event arrives, each once.
+#[tokio::test(flavor = "multi_thread")]
+async fn ingest_and_delivery_go_on_when_the_database_ends_their_connections() {
+    let api = TestApi::start().await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    // The first event makes the ingest writer and the dispatcher's
+    // admission checks take the connections they keep.
+    let mut events = vec![event_id(&ingest(&api, key.developer_id(), "transfer", 0).await)];
+    wait_for_events(&receiver, &events, WAIT).await;
+
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'webhooks'",
+    )
+    .fetch_all(api.pool())
+    .await
+    .unwrap();
+    assert!(ended.len() >= 2, "the API and the dispatcher had {} connections", ended.len());
+
+    for n in 1..=5 {
+        let answer = api.ingest(&event_input(key.developer_id(), "transfer", n)).await;
+        events.push(event_id(answer.expect(201)));
+    }
+    wait_for_events(&receiver, &events, WAIT).await;
+    assert_eq!(distinct_ids(&receiver).len(), events.len());
+    assert_eq!(receiver.count(), events.len(), "an event was delivered twice");
+    verify_all(&receiver, &endpoint);
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}

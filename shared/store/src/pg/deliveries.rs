@@ -78,6 +78,16 @@ const RECORD: &str = "
     )
     SELECT count(*) FROM ordered";
 
+/// Whether each message still stands, and whether its endpoint is ordered.
+const ADMISSIONS: &str = "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
+                     AND d.state NOT IN ('succeeded', 'cancelled')
+                     AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false),
+            coalesce(ep.ordering = 'ordered', false)
+       FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
+       LEFT JOIN deliveries d ON d.id = q.id
+       LEFT JOIN endpoints ep ON ep.id = d.endpoint_id
+      ORDER BY q.n";
+
 impl PgStore {
     pub(crate) async fn record_attempts(&self, records: &[AttemptRecord]) -> StoreResult<()> {
         if records.is_empty() {
@@ -206,21 +216,16 @@ impl PgStore {
     }
 
     pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {
-        let answers: Vec<(bool, bool)> = sqlx::query_as(
-            "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
-                             AND d.state NOT IN ('succeeded', 'cancelled')
-                             AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false),
-                    coalesce(ep.ordering = 'ordered', false)
-               FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
-               LEFT JOIN deliveries d ON d.id = q.id
-               LEFT JOIN endpoints ep ON ep.id = d.endpoint_id
-              ORDER BY q.n",
-        )
-        .bind(questions.iter().map(|q| q.delivery_id).collect::<Vec<_>>())
-        .bind(questions.iter().map(|q| q.generation).collect::<Vec<_>>())
-        .bind(questions.iter().map(|q| q.attempt).collect::<Vec<_>>())
-        .fetch_all(&self.pool)
-        .await?;
+        let ids: Vec<i64> = questions.iter().map(|q| q.delivery_id).collect();
+        let generations: Vec<Option<i32>> = questions.iter().map(|q| q.generation).collect();
+        let attempts: Vec<i32> = questions.iter().map(|q| q.attempt).collect();
+        let answers = self
+            .held
+            .admissions
+            .fetch_all(&self.pool, || {
+                sqlx::query_as::<_, (bool, bool)>(ADMISSIONS).bind(&ids).bind(&generations).bind(&attempts)
+            })
+            .await?;
         Ok(answers
             .into_iter()
             .map(|(current, ordered)| if current { Admission::Go { ordered } } else { Admission::Superseded })

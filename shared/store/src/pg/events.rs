@@ -18,6 +18,50 @@ use webhooks_model::{Category, EventEpoch};
 /// per developer; a violation means a concurrent twin won.
 const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
 
+/// One batch of events and their deliveries, in one statement.
+const INGEST: &str = "WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                              $7::text[], $8::text[], $9::bytea[], $10::text[])
+                WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, lane, key, hash,
+                                     event_type, ord)
+     ), counts AS (
+         SELECT developer_id, count(*) AS k FROM input GROUP BY developer_id
+     ), seq AS (
+         INSERT INTO developers AS dv (id, next_event_sequence)
+         SELECT developer_id, k + 1 FROM counts ORDER BY developer_id
+         ON CONFLICT (id) DO UPDATE SET next_event_sequence = dv.next_event_sequence + excluded.next_event_sequence - 1
+         RETURNING dv.id, dv.next_event_sequence AS next
+     ), numbered AS (
+         SELECT i.*, s.next - c.k - 1 + row_number() OVER (PARTITION BY i.developer_id ORDER BY i.ord) AS n
+           FROM input i JOIN counts c ON c.developer_id = i.developer_id JOIN seq s ON s.id = i.developer_id
+     ), ev AS (
+         INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash,
+                             event_type)
+         SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash, event_type
+           FROM numbered ORDER BY ord
+         RETURNING id, sequence, body
+     ), d AS (
+         INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence,
+                                 lane)
+         SELECT nb.id, e.id, CASE e.status WHEN 'active' THEN 'pending' ELSE 'held' END, nb.created_at,
+                CASE e.status WHEN 'active' THEN nb.created_at END, nb.n, nb.lane
+           FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
+          WHERE e.status <> 'deleted'
+            AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
+            AND (cardinality(e.event_types) = 0 OR nb.event_type = ANY (e.event_types))
+          ORDER BY nb.ord, e.id
+         RETURNING id, event_id, endpoint_id, state
+     ), per_event AS (
+         SELECT event_id,
+                array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
+                array_agg(endpoint_id ORDER BY id) FILTER (WHERE state = 'pending') AS endpoints,
+                count(*) FILTER (WHERE state = 'held') AS held
+           FROM d GROUP BY event_id
+     )
+     SELECT ev.id, ev.sequence, ev.body, coalesce(p.queued, '{}'), coalesce(p.endpoints, '{}'),
+            coalesce(p.held, 0)
+       FROM ev LEFT JOIN per_event p ON p.event_id = ev.id";
+
 impl PgStore {
     pub(crate) async fn find_delivered_event(
         &self,
@@ -80,62 +124,23 @@ impl PgStore {
 
     async fn ingest_batch(&self, events: &[&NewEvent]) -> StoreResult<Vec<IngestOutcome>> {
         type Stored = (String, i64, String, Vec<i64>, Vec<String>, i64);
-        let stored: Result<Vec<Stored>, sqlx::Error> = sqlx::query_as(
-            "WITH input AS (
-                 SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
-                                      $7::text[], $8::text[], $9::bytea[], $10::text[])
-                        WITH ORDINALITY AS i(id, developer_id, category, head, tail, created_at, lane, key, hash,
-                                             event_type, ord)
-             ), counts AS (
-                 SELECT developer_id, count(*) AS k FROM input GROUP BY developer_id
-             ), seq AS (
-                 INSERT INTO developers AS dv (id, next_event_sequence)
-                 SELECT developer_id, k + 1 FROM counts ORDER BY developer_id
-                 ON CONFLICT (id) DO UPDATE SET next_event_sequence = dv.next_event_sequence + excluded.next_event_sequence - 1
-                 RETURNING dv.id, dv.next_event_sequence AS next
-             ), numbered AS (
-                 SELECT i.*, s.next - c.k - 1 + row_number() OVER (PARTITION BY i.developer_id ORDER BY i.ord) AS n
-                   FROM input i JOIN counts c ON c.developer_id = i.developer_id JOIN seq s ON s.id = i.developer_id
-             ), ev AS (
-                 INSERT INTO events (id, developer_id, sequence, category, body, created_at, idempotency_key, request_hash,
-                                     event_type)
-                 SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash, event_type
-                   FROM numbered ORDER BY ord
-                 RETURNING id, sequence, body
-             ), d AS (
-                 INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence,
-                                         lane)
-                 SELECT nb.id, e.id, CASE e.status WHEN 'active' THEN 'pending' ELSE 'held' END, nb.created_at,
-                        CASE e.status WHEN 'active' THEN nb.created_at END, nb.n, nb.lane
-                   FROM numbered nb JOIN endpoints e ON e.developer_id = nb.developer_id
-                  WHERE e.status <> 'deleted'
-                    AND (cardinality(e.event_categories) = 0 OR nb.category = ANY (e.event_categories))
-                    AND (cardinality(e.event_types) = 0 OR nb.event_type = ANY (e.event_types))
-                  ORDER BY nb.ord, e.id
-                 RETURNING id, event_id, endpoint_id, state
-             ), per_event AS (
-                 SELECT event_id,
-                        array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
-                        array_agg(endpoint_id ORDER BY id) FILTER (WHERE state = 'pending') AS endpoints,
-                        count(*) FILTER (WHERE state = 'held') AS held
-                   FROM d GROUP BY event_id
-             )
-             SELECT ev.id, ev.sequence, ev.body, coalesce(p.queued, '{}'), coalesce(p.endpoints, '{}'),
-                    coalesce(p.held, 0)
-               FROM ev LEFT JOIN per_event p ON p.event_id = ev.id",
-        )
-        .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.developer_id).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.category.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.body_head.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.body_tail.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.lane.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
-        .fetch_all(&self.pool)
-        .await;
+        let stored = self
+            .held
+            .ingest
+            .fetch_all(&self.pool, || {
+                sqlx::query_as::<_, Stored>(INGEST)
+                    .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.developer_id).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.category.as_str()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.body_head.as_str()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.body_tail.as_str()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.lane.as_str()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.idempotency_key.as_deref()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.request_hash.as_deref()).collect::<Vec<_>>())
+                    .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
+            })
+            .await;
         let mut stored: std::collections::HashMap<String, Stored> = match stored {
             Ok(rows) => rows.into_iter().map(|row| (row.0.clone(), row)).collect(),
             Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {

@@ -8,6 +8,7 @@ mod deliveries;
 mod endpoints;
 mod event_types;
 mod events;
+mod held;
 mod idempotency;
 mod outbox;
 mod pace;
@@ -71,12 +72,24 @@ pub struct PgStore {
     pool: PgPool,
     /// The endpoint successes this process wrote last (health).
     written_successes: std::sync::Arc<crate::health::WrittenSuccesses>,
+    /// The connections of the delivery path's batching tasks.
+    held: std::sync::Arc<HeldConnections>,
+}
+
+/// A connection kept for each batching task on the path from an ingest to
+/// its POST ([`held`]).
+#[derive(Debug, Default)]
+struct HeldConnections {
+    /// The ingest writer's.
+    ingest: held::Held,
+    /// The dispatcher's admission checks'.
+    admissions: held::Held,
 }
 
 impl PgStore {
     /// A store over `pool`.
     pub fn new(pool: PgPool) -> PgStore {
-        PgStore { pool, written_successes: std::sync::Arc::default() }
+        PgStore { pool, written_successes: std::sync::Arc::default(), held: std::sync::Arc::default() }
     }
 
     /// Wakes `wake` at each notification on [`OUTBOX_CHANNEL`], until
