@@ -175,9 +175,24 @@ async fn ingest_and_delivery_go_on_when_the_database_ends_their_connections() {
     let receiver = api.receiver().await;
     let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
     // The first event makes the ingest writer and the dispatcher's
-    // admission checks take the connections they keep.
+    // admission checks take the connections they keep; its attempt is
+    // recorded before the connections end, so it is not sent again.
     let mut events = vec![event_id(&ingest(&api, key.developer_id(), "transfer", 0).await)];
     wait_for_events(&receiver, &events, WAIT).await;
+    eventually("the first attempt recorded", WAIT, async || {
+        let state: String = sqlx::query_scalar("SELECT state FROM deliveries WHERE event_id = $1")
+            .bind(&events[0])
+            .fetch_one(api.pool())
+            .await
+            .map_err(|e| e.to_string())?;
+        if state == "succeeded" { Ok(()) } else { Err(state) }
+    })
+    .await;
+    // An event for a developer with no endpoint uses the writer's connection
+    // again just before it ends: the next ingest finds it kept, not due for
+    // a check.
+    let other = api.new_developer().await;
+    ingest(&api, other.developer_id(), "transfer", 0).await;
 
     let ended: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity

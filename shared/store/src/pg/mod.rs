@@ -122,6 +122,9 @@ impl PgStore {
     }
 
     pub(crate) async fn close(&self) {
+        // The pool closes once every connection is back.
+        self.held.ingest.release().await;
+        self.held.admissions.release().await;
         self.pool.close().await;
     }
 
