@@ -381,9 +381,9 @@ impl PgStore {
 /// A batch is one slice of the `(developer_id, sequence)` index that the
 /// window, categories and event types filter: whatever the planner's
 /// statistics say (a burst of events not analyzed yet), a batch reads a
-/// bounded number of events, never the whole window again. A batch stays small so that what
-/// it queues reaches the relay and the dispatchers as a trickle, not as a
-/// burst that live traffic waits behind.
+/// bounded number of events, never the whole window again. A batch stays
+/// small so that what it queues reaches the relay and the dispatchers as a
+/// trickle, not as a burst that live traffic waits behind.
 pub(super) async fn recover_batch(
     tx: &mut sqlx::PgConnection,
     endpoint: &EndpointRecord,
