@@ -91,12 +91,7 @@ impl Writer {
         for (event, outcome) in events.iter().zip(&outcomes) {
             let Ok(outcome) = outcome else { continue };
             for queued in &outcome.queued {
-                first_attempts.push(DeliveryMessage::first_attempt(
-                    queued.delivery_id,
-                    &queued.endpoint_id,
-                    event,
-                    outcome.body.clone(),
-                ));
+                first_attempts.push(DeliveryMessage::first_attempt(queued, event, outcome.body.clone()));
             }
         }
         self.producer.enqueue(first_attempts).await;

@@ -97,6 +97,38 @@ async fn a_duplicate_first_attempt_after_success_is_dropped_unsent() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_admitted_first_attempt_handed_out_late_asks_the_store() {
+    let api = TestApi::start().await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+
+    // The first attempt as the ingest hands it over, admitted, handed out
+    // once it is no longer fresh: it asks whether it stands, and is dropped.
+    let mut copy: serde_json::Value = serde_json::from_slice(&message(&api, &event, &endpoint, 1).await).unwrap();
+    copy["admitted"] = true.into();
+    assert_eq!(copy["generation"], 0, "the ingest's generation");
+    let accepted: chrono::DateTime<chrono::Utc> = event["event_created_at"].as_str().unwrap().parse().unwrap();
+    let stale = accepted + chrono::Duration::from_std(webhooks_queue::message::ADMITTED_FOR).unwrap();
+    if let Ok(wait) = (stale - chrono::Utc::now()).to_std() {
+        tokio::time::sleep(wait + std::time::Duration::from_millis(50)).await;
+    }
+    publish(&api, &serde_json::to_vec(&copy).unwrap()).await;
+    eventually("the stale copy is dropped", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if outcome(&text, "superseded") >= 1.0 { Ok(()) } else { Err(text) }
+    })
+    .await;
+    assert_eq!(receiver.count(), 1, "sent once: {:?}", received_ids(&receiver));
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_duplicate_retry_does_not_fork_the_retry_chain() {
     let api = TestApi::start_with(ApiOptions { retry_schedule: Some("20s,1s".into()), ..ApiOptions::default() })
         .await

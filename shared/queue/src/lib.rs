@@ -118,13 +118,14 @@ enum Ticket {
 }
 
 impl Delivery {
-    /// Whether the queue read the delivery from the store as it handed it
-    /// out, in its endpoint's turn (the embedded queue's claim): then the
-    /// message stands, and need not be asked about again. A broker's
-    /// message may have been overtaken while it waited.
+    /// Whether the message stands without asking the store again, and
+    /// needs no turn of an ordered endpoint: the embedded queue read it from
+    /// the store as it claimed it, in its turn; a broker hands out a first
+    /// attempt the ingest admitted, fresh ([`DeliveryMessage::stands_unasked`]).
+    /// Any other broker message may have been overtaken while it waited.
     pub fn admitted(&self) -> bool {
         match &self.ticket {
-            Ticket::Broker(_) => false,
+            Ticket::Broker(ticket) => self.message.stands_unasked(ticket.redelivered, webhooks_model::time::now()),
             Ticket::Embedded(_) => true,
         }
     }

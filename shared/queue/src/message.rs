@@ -10,13 +10,13 @@
 //! `#[non_exhaustive]`, and made from a [`DueDelivery`], an ingested event,
 //! or an earlier message.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use webhooks_model::{EndpointChanged, Lane};
-use webhooks_store::{DueDelivery, NewEvent};
+use webhooks_store::{DueDelivery, NewEvent, QueuedDelivery};
 
 /// The version this build writes, and the newest it reads.
 pub const VERSION: u32 = 1;
@@ -84,6 +84,13 @@ pub struct DeliveryV1 {
     /// lane before then was handed out (the lane's watermark).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enters_at: Option<DateTime<Utc>>,
+    /// Set by the ingest on a first attempt it hands over right after its
+    /// commit, when the endpoint was not ordered in that transaction: the
+    /// delivery was made and admitted in the same breath. While the message
+    /// is fresh the dispatcher takes it at its word
+    /// ([`DeliveryV1::stands_unasked`]); any other copy asks the store.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub admitted: bool,
     /// The exact event JSON to POST.
     pub body: String,
     /// When the event was accepted, for latency metrics.
@@ -93,6 +100,18 @@ pub struct DeliveryV1 {
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// How long after its event was accepted a first attempt the ingest
+/// admitted stands without asking the store. Far longer than an event takes
+/// to reach a dispatcher that keeps up, and far shorter than anything that
+/// queues a delivery again on its own waits (a sweep waits at least
+/// `DELIVERY_TIMEOUT` past a watermark): an older message may have been
+/// overtaken, so it asks.
+pub const ADMITTED_FOR: Duration = Duration::from_secs(1);
 
 impl From<DueDelivery> for DeliveryV1 {
     /// The message of a delivery's next attempt, as the store has it.
@@ -110,6 +129,7 @@ impl From<DueDelivery> for DeliveryV1 {
             pace_ticket: due.pace_ticket,
             lane: due.lane,
             enters_at: None,
+            admitted: false,
             body: due.body,
             event_created_at: due.event_created_at,
         }
@@ -118,12 +138,12 @@ impl From<DueDelivery> for DeliveryV1 {
 
 impl DeliveryV1 {
     /// The first attempt of a delivery an ingest just queued: generation 0,
-    /// in the event's lane.
-    pub fn first_attempt(delivery_id: i64, endpoint_id: &str, event: &NewEvent, body: String) -> DeliveryV1 {
+    /// in the event's lane, admitted unless its endpoint is ordered.
+    pub fn first_attempt(queued: &QueuedDelivery, event: &NewEvent, body: String) -> DeliveryV1 {
         DeliveryV1 {
-            delivery_id,
+            delivery_id: queued.delivery_id,
             event_id: event.id.clone(),
-            endpoint_id: endpoint_id.to_owned(),
+            endpoint_id: queued.endpoint_id.clone(),
             developer_id: event.developer_id,
             attempt: 1,
             force: false,
@@ -133,15 +153,42 @@ impl DeliveryV1 {
             pace_ticket: None,
             lane: event.lane,
             enters_at: None,
+            admitted: !queued.ordered,
             body,
             event_created_at: event.created_at,
         }
     }
 
+    /// Whether this message may be sent without asking the store whether it
+    /// stands: a first attempt the ingest admitted, handed out for the first
+    /// time (not `redelivered`: a dispatcher that had it may have made it),
+    /// `received` within [`ADMITTED_FOR`] of its event (either way, for
+    /// clocks a little apart). Copies of a first attempt come only from a
+    /// redelivery or from the outbox, which does not admit, so each
+    /// delivery is sent unasked at most once.
+    pub fn stands_unasked(&self, redelivered: bool, received: DateTime<Utc>) -> bool {
+        let age = (received - self.event_created_at).abs().to_std().unwrap_or(Duration::MAX);
+        self.admitted
+            && !redelivered
+            && self.attempt == 1
+            && self.generation == Some(0)
+            && self.parks == 0
+            && !self.force
+            && age < ADMITTED_FOR
+    }
+
     /// The message of the attempt after this one: a fresh attempt under the
     /// endpoint's rules (`force` covers one attempt only), not yet put back.
     pub fn next_attempt(&self) -> DeliveryV1 {
-        DeliveryV1 { attempt: self.attempt + 1, force: false, parks: 0, failures: 0, pace_ticket: None, ..self.clone() }
+        DeliveryV1 {
+            attempt: self.attempt + 1,
+            force: false,
+            parks: 0,
+            failures: 0,
+            pace_ticket: None,
+            admitted: false,
+            ..self.clone()
+        }
     }
 
     /// This message put back once more without an attempt; `failure` when
@@ -151,6 +198,7 @@ impl DeliveryV1 {
         DeliveryV1 {
             parks: self.parks.saturating_add(1),
             failures: self.failures.saturating_add(u32::from(failure)),
+            admitted: false,
             ..self.clone()
         }
     }
@@ -158,7 +206,7 @@ impl DeliveryV1 {
     /// This message replayed from the dead-letter queue by an operator: its
     /// counts start over, and it waits in the bulk lane (a backlog by nature).
     pub fn replayed(&self) -> DeliveryV1 {
-        DeliveryV1 { parks: 0, failures: 0, lane: Lane::Bulk, ..self.clone() }
+        DeliveryV1 { parks: 0, failures: 0, lane: Lane::Bulk, admitted: false, ..self.clone() }
     }
 
     /// This message as published at a time it enters its lane's work queue
@@ -308,6 +356,52 @@ mod tests {
         assert!(matches!(decode(b"not json"), Err(DecodeError::Malformed(_))));
         assert!(matches!(decode(br#"{"type":"delivery"}"#), Err(DecodeError::Malformed(_))));
         assert!(matches!(decode(br#"{"v":1,"type":"delivery"}"#), Err(DecodeError::Unreadable { .. })));
+    }
+
+    fn new_event(created_at: DateTime<Utc>) -> NewEvent {
+        NewEvent {
+            id: "wh_00".into(),
+            developer_id: Uuid::nil(),
+            category: webhooks_model::Category::Transfer,
+            event_type: "transfer.created".into(),
+            created_at,
+            idempotency_key: None,
+            request_hash: None,
+            body_head: "{".into(),
+            body_tail: "}".into(),
+            lane: Lane::Default,
+        }
+    }
+
+    #[test]
+    fn only_a_fresh_first_handout_of_an_admitted_first_attempt_stands_unasked() {
+        let accepted = DateTime::from_timestamp(1_000, 0).unwrap();
+        let queued = |ordered| QueuedDelivery { delivery_id: 5, endpoint_id: "wep_00".into(), ordered };
+        let first = DeliveryMessage::first_attempt(&queued(false), &new_event(accepted), "{}".into());
+        let soon = accepted + chrono::Duration::milliseconds(3);
+        assert!(first.stands_unasked(false, soon));
+        assert!(decode(&encode_delivery(&first)).is_ok_and(|m| m == Message::Delivery(first.clone())));
+        // A clock a little behind the API's.
+        assert!(first.stands_unasked(false, accepted - chrono::Duration::milliseconds(3)));
+
+        let later = accepted + chrono::Duration::from_std(ADMITTED_FOR).unwrap();
+        let ordered = DeliveryMessage::first_attempt(&queued(true), &new_event(accepted), "{}".into());
+        let asks = [
+            (first.clone(), true, soon, "handed out before"),
+            (first.clone(), false, later, "stale"),
+            (first.clone(), false, accepted - chrono::Duration::from_std(ADMITTED_FOR).unwrap(), "from far ahead"),
+            (ordered, false, soon, "to an ordered endpoint"),
+            (first.next_attempt(), false, soon, "a retry"),
+            (first.put_back(false), false, soon, "put back"),
+            (first.replayed(), false, soon, "replayed"),
+            (DeliveryMessage::from(due(1)), false, soon, "made from the store"),
+        ];
+        for (message, redelivered, received, what) in asks {
+            assert!(!message.stands_unasked(redelivered, received), "{what}");
+        }
+        // Not admitted is not written at all.
+        let json: serde_json::Value = serde_json::from_slice(&encode_delivery(&first.next_attempt())).unwrap();
+        assert!(json.get("admitted").is_none(), "{json}");
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct IngestOutcome {
 pub struct QueuedDelivery {
     pub delivery_id: i64,
     pub endpoint_id: String,
+    /// Whether the endpoint delivers in order, as the ingest's transaction
+    /// read it.
+    pub ordered: bool,
 }
 
 /// For each event of a batch, whether an earlier event of the same batch has

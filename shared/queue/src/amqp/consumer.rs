@@ -64,12 +64,14 @@ pub struct AmqpTicket {
     tag: u64,
     session: Arc<Session>,
     settled: bool,
+    /// The broker handed the message out before.
+    pub(crate) redelivered: bool,
 }
 
 impl AmqpTicket {
     fn new(delivery: &lapin::message::Delivery, session: Arc<Session>) -> AmqpTicket {
         session.settler.received(delivery.delivery_tag);
-        AmqpTicket { tag: delivery.delivery_tag, session, settled: false }
+        AmqpTicket { tag: delivery.delivery_tag, session, settled: false, redelivered: delivery.redelivered }
     }
 
     fn fate(mut self, fate: Fate) {

@@ -52,14 +52,15 @@ const INGEST: &str = "WITH input AS (
           ORDER BY nb.ord, e.id
          RETURNING id, event_id, endpoint_id, state
      ), per_event AS (
-         SELECT event_id,
-                array_agg(id ORDER BY id) FILTER (WHERE state = 'pending') AS queued,
-                array_agg(endpoint_id ORDER BY id) FILTER (WHERE state = 'pending') AS endpoints,
-                count(*) FILTER (WHERE state = 'held') AS held
-           FROM d GROUP BY event_id
+         SELECT d.event_id,
+                array_agg(d.id ORDER BY d.id) FILTER (WHERE d.state = 'pending') AS queued,
+                array_agg(d.endpoint_id ORDER BY d.id) FILTER (WHERE d.state = 'pending') AS endpoints,
+                array_agg(e.ordering = 'ordered' ORDER BY d.id) FILTER (WHERE d.state = 'pending') AS ordered,
+                count(*) FILTER (WHERE d.state = 'held') AS held
+           FROM d JOIN endpoints e ON e.id = d.endpoint_id GROUP BY d.event_id
      )
      SELECT ev.id, ev.sequence, ev.body, coalesce(p.queued, '{}'), coalesce(p.endpoints, '{}'),
-            coalesce(p.held, 0)
+            coalesce(p.ordered, '{}'), coalesce(p.held, 0)
        FROM ev LEFT JOIN per_event p ON p.event_id = ev.id";
 
 impl PgStore {
@@ -123,7 +124,7 @@ impl PgStore {
     }
 
     async fn ingest_batch(&self, events: &[&NewEvent]) -> StoreResult<Vec<IngestOutcome>> {
-        type Stored = (String, i64, String, Vec<i64>, Vec<String>, i64);
+        type Stored = (String, i64, String, Vec<i64>, Vec<String>, Vec<bool>, i64);
         let stored = self
             .held
             .ingest
@@ -151,13 +152,14 @@ impl PgStore {
         events
             .iter()
             .map(|event| {
-                let (_, sequence, body, queued, endpoints, held) = stored
+                let (_, sequence, body, queued, endpoints, ordered, held) = stored
                     .remove(&event.id)
                     .ok_or_else(|| StoreError::Corrupt("an ingested event is missing".into()))?;
                 let queued = queued
                     .into_iter()
                     .zip(endpoints)
-                    .map(|(delivery_id, endpoint_id)| QueuedDelivery { delivery_id, endpoint_id })
+                    .zip(ordered)
+                    .map(|((delivery_id, endpoint_id), ordered)| QueuedDelivery { delivery_id, endpoint_id, ordered })
                     .collect();
                 Ok(IngestOutcome { sequence, queued, held: usize::try_from(held).unwrap_or_default(), body })
             })

@@ -398,7 +398,7 @@ async fn ingest_one(
     .bind(&event.event_type)
     .execute(&mut **tx)
     .await?;
-    let deliveries: Vec<(i64, String, String)> = sqlx::query_as(
+    let deliveries: Vec<(i64, String, String, bool)> = sqlx::query_as(
         "INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, created_at, updated_at,
                                  event_sequence, lane)
          SELECT $1, id, CASE status WHEN 'active' THEN 'pending' ELSE 'held' END, $3,
@@ -409,7 +409,8 @@ async fn ingest_one(
                  OR EXISTS (SELECT 1 FROM json_each(event_categories) WHERE value = $4))
             AND (json_array_length(event_types) = 0
                  OR EXISTS (SELECT 1 FROM json_each(event_types) WHERE value = $8))
-         RETURNING id, endpoint_id, state",
+         RETURNING id, endpoint_id, state,
+                   (SELECT e.ordering = 'ordered' FROM endpoints e WHERE e.id = deliveries.endpoint_id)",
     )
     .bind(&event.id)
     .bind(developer_id)
@@ -421,11 +422,11 @@ async fn ingest_one(
     .bind(&event.event_type)
     .fetch_all(&mut **tx)
     .await?;
-    let held = deliveries.iter().filter(|(_, _, state)| state == "held").count();
+    let held = deliveries.iter().filter(|(_, _, state, _)| state == "held").count();
     let queued = deliveries
         .into_iter()
-        .filter(|(_, _, state)| state == "pending")
-        .map(|(delivery_id, endpoint_id, _)| QueuedDelivery { delivery_id, endpoint_id })
+        .filter(|(_, _, state, _)| state == "pending")
+        .map(|(delivery_id, endpoint_id, _, ordered)| QueuedDelivery { delivery_id, endpoint_id, ordered })
         .collect();
     Ok(Ok(IngestOutcome { sequence, queued, held, body }))
 }
