@@ -599,6 +599,11 @@ async fn idempotency_keys_claim_complete_and_expire() {
 #[tokio::test]
 async fn commits_are_durable_and_checked() {
     let scratch = Scratch::new().await;
+    // A claim commits without syncing, and sets the writer back.
+    let developer = Uuid::new_v4();
+    endpoint(&scratch.store, developer, vec![], EndpointStatus::Active).await;
+    scratch.store.ingest_event(&event(developer)).await.unwrap();
+    assert_eq!(scratch.store.claim_due(10, 10).await.unwrap().len(), 1);
     let mut writer = scratch.store.writer.acquire().await.unwrap();
     let journal: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut *writer).await.unwrap();
     let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *writer).await.unwrap();
