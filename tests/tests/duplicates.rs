@@ -128,6 +128,84 @@ async fn an_admitted_first_attempt_handed_out_late_asks_the_store() {
     api.shutdown().await.unwrap();
 }
 
+/// Takes the next `count` messages of the work queue and hands them back to
+/// the broker unacknowledged, so that the broker hands them out again,
+/// marked redelivered. Returns them as they were taken.
+async fn take_and_give_back(api: &TestApi, count: u16) -> Vec<serde_json::Value> {
+    let connection = broker::connect(&api.amqp_url, "duplicates test").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel.basic_qos(count, BasicQosOptions::default()).await.unwrap();
+    let queue = format!("{}.deliveries", api.prefix);
+    let mut consumer = channel
+        .basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), Default::default())
+        .await
+        .unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..count {
+        let message = consumer.next().await.expect("a message").unwrap();
+        taken.push(serde_json::from_slice(&message.data).unwrap());
+    }
+    let _ = connection.close(200, "died before the ack".into()).await;
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ingest_admits_first_attempts_to_endpoints_that_are_not_ordered() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let unordered = active_endpoint(&api, &key, &receiver.url()).await;
+    let body = serde_json::json!({ "url": receiver.url(), "ordering": "ordered" });
+    let ordered = active_endpoint_with(&api, &key, body).await;
+    ingest(&api, key.developer_id(), "transfer", 1).await;
+
+    // No dispatcher runs: read both first attempts off the work queue.
+    let admitted: std::collections::HashMap<String, Option<serde_json::Value>> = take_and_give_back(&api, 2)
+        .await
+        .into_iter()
+        .map(|message| (message["endpoint_id"].as_str().unwrap().to_owned(), message.get("admitted").cloned()))
+        .collect();
+    assert_eq!(admitted[&id(&unordered)], Some(true.into()), "{admitted:?}");
+    assert_eq!(admitted[&id(&ordered)], None, "{admitted:?}");
+    api.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admitted_first_attempt_the_broker_hands_out_again_asks_the_store() {
+    let api = TestApi::start().await.unwrap();
+    let mut dispatcher = api.start_dispatcher().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let endpoint = active_endpoint(&api, &key, &receiver.url()).await;
+    let event = ingest(&api, key.developer_id(), "transfer", 1).await;
+    wait_for_logs(&api, &key, &endpoint, 1).await;
+    dispatcher.stop().await.unwrap();
+
+    // A copy of the admitted first attempt, dated so that it is still fresh
+    // when the next dispatcher gets it, handed out once and given back: the
+    // broker marks it redelivered, so it asks, and is dropped unsent.
+    let mut copy: serde_json::Value = serde_json::from_slice(&message(&api, &event, &endpoint, 1).await).unwrap();
+    copy["admitted"] = true.into();
+    let fresh_until = chrono::Utc::now() + chrono::Duration::milliseconds(1900);
+    copy["event_created_at"] = (fresh_until - chrono::Duration::seconds(1)).to_rfc3339().into();
+    publish(&api, &serde_json::to_vec(&copy).unwrap()).await;
+    assert_eq!(take_and_give_back(&api, 1).await, [copy]);
+
+    dispatcher = api.start_dispatcher().await.unwrap();
+    eventually("the copy is dropped", WAIT, async || {
+        let text = metrics(&api.client, dispatcher.addr).await;
+        if outcome(&text, "superseded") >= 1.0 { Ok(()) } else { Err(text) }
+    })
+    .await;
+    if chrono::Utc::now() > fresh_until {
+        eprintln!("the dispatcher started too late for the copy to be fresh: this run checked the age, not redelivery");
+    }
+    assert_eq!(receiver.count(), 1, "sent once: {:?}", received_ids(&receiver));
+
+    dispatcher.stop().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_duplicate_retry_does_not_fork_the_retry_chain() {
     let api = TestApi::start_with(ApiOptions { retry_schedule: Some("20s,1s".into()), ..ApiOptions::default() })

@@ -163,9 +163,10 @@ impl DeliveryV1 {
     /// stands: a first attempt the ingest admitted, handed out for the first
     /// time (not `redelivered`: a dispatcher that had it may have made it),
     /// `received` within [`ADMITTED_FOR`] of its event (either way, for
-    /// clocks a little apart). Copies of a first attempt come only from a
-    /// redelivery or from the outbox, which does not admit, so each
-    /// delivery is sent unasked at most once.
+    /// clocks a little apart). Only the copy the ingest handed over is
+    /// marked: every message made from the store, and every one a
+    /// dispatcher publishes again, is not, so each delivery is sent unasked
+    /// at most once.
     pub fn stands_unasked(&self, redelivered: bool, received: DateTime<Utc>) -> bool {
         let age = (received - self.event_created_at).abs().to_std().unwrap_or(Duration::MAX);
         self.admitted
@@ -215,9 +216,17 @@ impl DeliveryV1 {
         DeliveryV1 { enters_at: Some(at), ..self.clone() }
     }
 
-    /// This message holding `ticket` in its endpoint's pace.
+    /// This message as a dispatcher publishes it again, to wait in a retry
+    /// queue, entering its lane's work queue at `at`: no longer admitted,
+    /// since only the copy the ingest handed over is.
+    pub fn published_again(&self, at: DateTime<Utc>) -> DeliveryV1 {
+        DeliveryV1 { enters_at: Some(at), admitted: false, ..self.clone() }
+    }
+
+    /// This message holding `ticket` in its endpoint's pace, to be put back
+    /// until its start.
     pub fn with_pace_ticket(&self, ticket: i64) -> DeliveryV1 {
-        DeliveryV1 { pace_ticket: Some(ticket), ..self.clone() }
+        DeliveryV1 { pace_ticket: Some(ticket), admitted: false, ..self.clone() }
     }
 }
 
@@ -386,19 +395,35 @@ mod tests {
 
         let later = accepted + chrono::Duration::from_std(ADMITTED_FOR).unwrap();
         let ordered = DeliveryMessage::first_attempt(&queued(true), &new_event(accepted), "{}".into());
+        // The same first attempt as the outbox or a sweep makes it.
+        let stored = DueDelivery {
+            attempt: 1,
+            force: false,
+            generation: Some(0),
+            parks: 0,
+            failures: 0,
+            pace_ticket: None,
+            lane: Lane::Default,
+            event_created_at: accepted,
+            ..due(1)
+        };
         let asks = [
             (first.clone(), true, soon, "handed out before"),
             (first.clone(), false, later, "stale"),
             (first.clone(), false, accepted - chrono::Duration::from_std(ADMITTED_FOR).unwrap(), "from far ahead"),
             (ordered, false, soon, "to an ordered endpoint"),
-            (first.next_attempt(), false, soon, "a retry"),
-            (first.put_back(false), false, soon, "put back"),
+            (DeliveryMessage::from(stored), false, soon, "made from the store"),
             (first.replayed(), false, soon, "replayed"),
-            (DeliveryMessage::from(due(1)), false, soon, "made from the store"),
+            (first.published_again(soon), false, soon, "published again by a dispatcher"),
+            (first.with_pace_ticket(3), false, soon, "booked in its pace"),
         ];
         for (message, redelivered, received, what) in asks {
             assert!(!message.stands_unasked(redelivered, received), "{what}");
         }
+        // Every later message of the delivery is unmarked; the relay's
+        // timestamp keeps the mark.
+        assert!(!first.next_attempt().admitted && !first.put_back(false).admitted);
+        assert!(first.entering_at(soon).stands_unasked(false, soon));
         // Not admitted is not written at all.
         let json: serde_json::Value = serde_json::from_slice(&encode_delivery(&first.next_attempt())).unwrap();
         assert!(json.get("admitted").is_none(), "{json}");

@@ -425,7 +425,7 @@ async fn publish_once(session: &Session, message: &DeliveryMessage, delay: Durat
         topology.retry_route(message.lane, delay).context("RETRY_SCHEDULE has no delays")?;
     let now = webhooks_model::time::now();
     let later = |wait: Duration| now + chrono::Duration::from_std(wait).unwrap_or_default();
-    let payload = message::encode_delivery(&message.entering_at(later(wait)));
+    let payload = message::encode_delivery(&message.published_again(later(wait)));
     let properties = super::persistent_json().with_expiration(wait.as_millis().to_string().into());
     let confirm = session
         .publisher

@@ -155,6 +155,9 @@ impl PgStore {
                 let (_, sequence, body, queued, endpoints, ordered, held) = stored
                     .remove(&event.id)
                     .ok_or_else(|| StoreError::Corrupt("an ingested event is missing".into()))?;
+                if endpoints.len() != queued.len() || ordered.len() != queued.len() {
+                    return Err(StoreError::Corrupt("an ingest's deliveries do not line up".into()));
+                }
                 let queued = queued
                     .into_iter()
                     .zip(endpoints)
