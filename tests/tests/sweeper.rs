@@ -589,16 +589,22 @@ async fn every_stalled_turn_is_released_however_many_endpoints_are_blocked() {
     stalled_receiver.reply_always(Reply::status(500));
     let stalled = active_endpoint_with(&api, &key, ordered(stalled_receiver.url())).await;
     // The first event fails everywhere and waits an hour for its retry; the
-    // next two wait for their turn, the stalled endpoint's last.
+    // next two wait for their turn, the stalled endpoint's last. The failed
+    // attempts must be recorded before a head is failed below: a record
+    // arriving after it would set the head retrying again.
     let first = ingest(&api, key.developer_id(), "transfer", 0).await;
     ingest_many(&api, key.developer_id(), "transfer", 2, 1).await;
     let pool = api.pool();
-    eventually("every endpoint's later events wait for their turn", WAIT, async || {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE state = 'waiting'")
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        if n == 14 { Ok(()) } else { Err(format!("{n} waiting")) }
+    eventually("every head retries and the later events wait for their turn", WAIT, async || {
+        let (waiting, retrying): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE state = 'waiting'),
+                    count(*) FILTER (WHERE state = 'retrying' AND attempts = 1)
+               FROM deliveries",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if (waiting, retrying) == (14, 7) { Ok(()) } else { Err(format!("{waiting} waiting, {retrying} retrying")) }
     })
     .await;
     sqlx::query("UPDATE deliveries SET updated_at = now() WHERE endpoint_id = $1")
