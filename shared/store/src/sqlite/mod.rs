@@ -61,6 +61,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// further behind is told it lagged and drops its whole cache.
 const CHANGES_CAPACITY: usize = 1024;
 
+/// How every write transaction begins: it holds the database's write lock
+/// from its first statement, so what it reads stays true until it commits.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 /// Cheap to clone: a handle on the database of one data directory.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -203,10 +207,9 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// A write transaction that holds the database's write lock from its
-    /// first statement, so what it reads stays true until it commits.
+    /// A write transaction ([`BEGIN_WRITE`]).
     async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+        Ok(self.writer.begin_with(BEGIN_WRITE).await?)
     }
 
     /// Sends committed changes to whoever listens.

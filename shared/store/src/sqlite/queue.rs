@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool, pool::PoolConnection};
 use uuid::fmt::Hyphenated;
 
-use super::{SqliteStore, micros, time};
+use super::{BEGIN_WRITE, SqliteStore, micros, time};
 use crate::{DueDelivery, StoreError, StoreResult};
 use webhooks_model::Lane;
 
@@ -195,10 +195,9 @@ impl Drop for Unsynced {
     }
 }
 
-/// [`SqliteStore::claim_due`] on `writer`, in one `BEGIN IMMEDIATE`
-/// transaction.
+/// [`SqliteStore::claim_due`] on `writer`, in one write transaction.
 async fn claim(writer: &mut SqliteConnection, limit: usize, bulk_limit: usize) -> StoreResult<Vec<DueDelivery>> {
-    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = writer.begin_with(BEGIN_WRITE).await?;
 
     let mut rows = Vec::new();
     for (lane, limit) in [(Lane::Default, limit), (Lane::Bulk, bulk_limit.min(limit))] {
@@ -209,11 +208,11 @@ async fn claim(writer: &mut SqliteConnection, limit: usize, bulk_limit: usize) -
         // The WHERE of the `deliveries_due_by_lane` index, so the scan walks it.
         let due: Vec<DueRow> = sqlx::query_as(&format!(
             "SELECT d.id, d.event_id, d.endpoint_id, e.developer_id, d.next_attempt, d.force, d.generation,
-                        d.parks, d.failures, d.pace_ticket, d.lane, e.body, e.created_at AS event_created_at
-                   FROM deliveries d JOIN events e ON e.id = d.event_id
-                  WHERE d.lane = $3 AND d.state IN ('pending', 'retrying') AND d.claimed = 0
-                    AND d.next_attempt_at <= $1 AND {IN_TURN}
-                  ORDER BY d.next_attempt_at, d.id LIMIT $2"
+                    d.parks, d.failures, d.pace_ticket, d.lane, e.body, e.created_at AS event_created_at
+               FROM deliveries d JOIN events e ON e.id = d.event_id
+              WHERE d.lane = $3 AND d.state IN ('pending', 'retrying') AND d.claimed = 0
+                AND d.next_attempt_at <= $1 AND {IN_TURN}
+              ORDER BY d.next_attempt_at, d.id LIMIT $2"
         ))
         .bind(micros(webhooks_model::time::now()))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
