@@ -99,6 +99,12 @@ pub struct Config {
     #[arg(skip)]
     pub faults: webhooks_queue::Faults,
 
+    /// For tests of what a process killed between an ingest's commit and
+    /// the broker's confirm leaves behind: this process publishes no first
+    /// attempt (DESIGN.md, "Knowing what is stranded").
+    #[arg(long, env = "FAULT_LOSE_FIRST_ATTEMPTS", hide = true, default_value_t = false, action = clap::ArgAction::Set)]
+    pub fault_lose_first_attempts: bool,
+
     /// Distributed mode: deliveries (or ordered endpoints) the sweeper
     /// handles per statement.
     #[arg(long, env = "SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u16).range(1..))]

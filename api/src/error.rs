@@ -44,7 +44,7 @@ pub struct ErrorBody {
     /// Stable, for programs: `required`, `invalid`, `limit_exceeded`,
     /// `forbidden`, `not_found`, `method_not_allowed`, `invalid_state`,
     /// `timeout`, `too_large`, `unsupported_media_type`,
-    /// `idempotency_key_reused`, `rate_limited`, `unexpected`.
+    /// `idempotency_key_reused`, `rate_limited`, `unavailable`, `unexpected`.
     #[schema(min_length = 1, max_length = 256)]
     pub code: &'static str,
     /// Only on the two 401 bodies, which repeat `source` at the top level.
@@ -94,6 +94,10 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("rate limited for {0:?}")]
     RateLimited(std::time::Duration),
+    /// The service is too busy for this request now (the database, or the
+    /// share of it expensive reads may hold): try again after the wait.
+    #[error("unavailable for {0:?}: {1}")]
+    Unavailable(std::time::Duration, &'static str),
     #[error("internal error")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -124,6 +128,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(..) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -185,6 +190,9 @@ impl ApiError {
             ApiError::RateLimited(wait) => {
                 plain("rate_limited", format!("Too many requests for this developer; retry after {} s", wait.as_secs()))
             }
+            ApiError::Unavailable(wait, why) => {
+                plain("unavailable", format!("{why}; retry after {} s", wait.as_secs().max(1)))
+            }
             ApiError::Unexpected(_) => {
                 let message = "An unexpected error occurred; please try again".to_owned();
                 ErrorBody {
@@ -207,8 +215,8 @@ impl IntoResponse for ApiError {
         if status == StatusCode::CONFLICT || status == StatusCode::INTERNAL_SERVER_ERROR {
             response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         }
-        if let ApiError::RateLimited(wait) = &self {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+        if let ApiError::RateLimited(wait) | ApiError::Unavailable(wait, _) = &self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
         }
         if let ApiError::TooLarge { .. } = &self {
             // The rest of the body may stay unread, so the server closes
@@ -230,7 +238,13 @@ impl ApiError {
 
 impl From<webhooks_store::StoreError> for ApiError {
     fn from(error: webhooks_store::StoreError) -> Self {
-        ApiError::Unexpected(error.into())
+        match error {
+            webhooks_store::StoreError::TimedOut(cause) => {
+                tracing::warn!(error = %cause, "a request's statement took too long");
+                ApiError::Unavailable(std::time::Duration::from_secs(1), "The service is busy")
+            }
+            error => ApiError::Unexpected(error.into()),
+        }
     }
 }
 

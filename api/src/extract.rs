@@ -147,6 +147,14 @@ fn named_pairs(query: &str) -> Cow<'_, str> {
     Cow::Owned(url::form_urlencoded::Serializer::new(String::new()).extend_pairs(named).finish())
 }
 
+/// Whether a time a request gave is one the stores keep: years 1 to 9999,
+/// as RFC 3339 writes them (chrono reads years far beyond, which
+/// PostgreSQL refuses).
+pub fn time_in_range(at: &chrono::DateTime<chrono::Utc>) -> bool {
+    use chrono::Datelike;
+    (1..=9999).contains(&at.year())
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

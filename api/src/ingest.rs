@@ -23,7 +23,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 use webhooks_model::{Category, Event, Lane, ids};
-use webhooks_queue::{DeliveryMessage, Producer};
+use webhooks_queue::{DeliveryMessage, Pending, Producer};
 use webhooks_store::{
     IngestOutcome, NewEvent, Store, StoreError, StoreResult, StoredResponse, batch::Batcher, batch::Batching,
 };
@@ -43,7 +43,8 @@ const MAX_BATCH: usize = 256;
 /// for the commit of the batch its event went in. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Ingester {
-    batcher: Batcher<NewEvent, StoreResult<IngestOutcome>>,
+    batcher: Batcher<(NewEvent, Arc<Pending>), StoreResult<IngestOutcome>>,
+    producer: Producer,
 }
 
 impl Ingester {
@@ -56,18 +57,21 @@ impl Ingester {
         metrics: Arc<Metrics>,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Ingester {
-        let writer = Arc::new(Writer { store, producer, metrics });
+        let writer = Arc::new(Writer { store, producer: producer.clone(), metrics });
         let batcher = Batcher::spawn(Batching { max: MAX_BATCH, linger: None }, tasks, move |events| {
             let writer = writer.clone();
             async move { writer.write(events).await }
         });
-        Ingester { batcher }
+        Ingester { batcher, producer }
     }
 
-    /// Stores `event` with the batch it joins.
+    /// Stores `event` with the batch it joins. From now until its first
+    /// attempts are handed over, they are on their way (see
+    /// `webhooks_queue::Producer::pending`).
     pub async fn ingest(&self, event: NewEvent) -> StoreResult<IngestOutcome> {
+        let pending = self.producer.pending(event.created_at);
         self.batcher
-            .submit(event)
+            .submit((event, pending))
             .await
             .unwrap_or_else(|| Err(StoreError::Corrupt("the ingest writer has stopped".into())))
     }
@@ -81,17 +85,19 @@ struct Writer {
 
 impl Writer {
     /// Stores one batch and enqueues its first attempts.
-    async fn write(&self, events: Vec<NewEvent>) -> Vec<StoreResult<IngestOutcome>> {
-        self.metrics.ingest_batch_size.observe(events.len() as f64);
+    async fn write(&self, batch: Vec<(NewEvent, Arc<Pending>)>) -> Vec<StoreResult<IngestOutcome>> {
+        self.metrics.ingest_batch_size.observe(batch.len() as f64);
+        let (events, pending): (Vec<NewEvent>, Vec<Arc<Pending>>) = batch.into_iter().unzip();
         let outcomes = match self.store.ingest_events(&events).await {
             Ok(outcomes) => outcomes,
             Err(error) => return error.for_batch(events.len()),
         };
         let mut first_attempts = Vec::new();
-        for (event, outcome) in events.iter().zip(&outcomes) {
+        for ((event, outcome), pending) in events.iter().zip(&outcomes).zip(&pending) {
             let Ok(outcome) = outcome else { continue };
             for queued in &outcome.queued {
-                first_attempts.push(DeliveryMessage::first_attempt(queued, event, outcome.body.clone()));
+                let message = DeliveryMessage::first_attempt(queued, event, outcome.body.clone());
+                first_attempts.push((message, pending.clone()));
             }
         }
         self.producer.enqueue(first_attempts).await;
@@ -286,8 +292,8 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
     let category = check_catalog(&state, &body).await?;
 
-    let id = ids::new_event_id();
     let created_at = webhooks_model::time::now();
+    let id = ids::new_event_id_at(created_at);
     let event = Event {
         api_version: "v0".into(),
         event_id: id.clone(),

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod portal;
 pub mod rate_limit;
+pub mod reads;
 pub mod recoveries;
 pub mod routes;
 pub mod state;
@@ -74,6 +75,10 @@ enum Mode {
 /// requests in flight, lets the relay publish what is committed, and returns.
 pub async fn run(config: Config, listeners: Listeners, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    config.common.apply_faults();
+    if config.fault_lose_first_attempts {
+        config.faults.lose_first_attempts(true);
+    }
     let opened = webhooks_store::open::distributed(&config.common).await?;
     serve(config, Mode::Distributed, opened, listeners, shutdown).await
 }
@@ -152,7 +157,8 @@ async fn serve(
         // 2.5 s at most), the attempt and the record.
         in_flight: common.delivery_timeout + Duration::from_secs(3),
     };
-    let producer = Producer::start(queue_store.clone(), broker, &metrics.queue, sweep, &tasks, background.clone());
+    let producer =
+        Producer::start(queue_store.clone(), broker, &metrics.queue, sweep, &tasks, background.clone()).await;
     let delivery_metrics = match &mode {
         Mode::Distributed | Mode::Standalone(None) => None,
         Mode::Standalone(Some(delivery)) => {
@@ -188,6 +194,9 @@ async fn serve(
     );
     tasks.spawn(catalog.clone().keep_fresh(background.clone()));
     let state = AppState {
+        // Half the connections the pool has for requests: the ingest writer
+        // and the outbox listener keep one each.
+        reads: reads::Reads::new(usize::try_from(common.database_max_connections.saturating_sub(2) / 2).unwrap_or(1)),
         catalog,
         delivery_client,
         config: Arc::new(config.clone()),
@@ -206,12 +215,10 @@ async fn serve(
     tasks.spawn(housekeeping(store.clone(), config.clone(), state.producer.clone(), background.clone()));
     tasks.spawn(purge_idempotency_keys(store.clone(), background.clone()));
     tasks.spawn(watch_backlog(store.clone(), state.metrics.clone(), background.clone()));
-    match config.retention() {
-        Some(retention) => {
-            tasks.spawn(delete_expired(store, retention, config.retention_interval, background.clone()));
-        }
-        None => tracing::info!("RETENTION=0: events, deliveries and logs are kept for ever"),
+    if config.retention().is_none() {
+        tracing::info!("RETENTION=0: events, deliveries and logs are kept for ever");
     }
+    tasks.spawn(keep_history(store, config.retention(), config.retention_interval, background.clone()));
 
     tracing::info!(public = %listeners.public.local_addr()?, internal = %listeners.internal.local_addr()?, "webhooks-api listening");
     let limits = config.limits;
@@ -321,11 +328,13 @@ async fn purge_idempotency_keys(store: Store, shutdown: CancellationToken) {
 /// wait (in standalone mode, every write: one writer) go first.
 const RETENTION_PAUSE: Duration = Duration::from_millis(20);
 
-/// Deletes events, deliveries and logs older than `retention`
-/// (`Store::purge_expired`): a sweep at start and then every `interval`, each
-/// batch after batch, with a pause between them, until a batch comes back
-/// short. Several instances may sweep at once; each skips what another holds.
-async fn delete_expired(store: Store, retention: Duration, interval: Duration, shutdown: CancellationToken) {
+/// Keeps the history: at start and then every `interval`, the coming days'
+/// partitions are made and the days wholly older than `retention` dropped
+/// (`Store::maintain_history`), then what else is older is deleted
+/// (`Store::purge_expired`), batch after batch, with a pause between them,
+/// until a batch comes back short. Several instances may do it at once;
+/// each skips what another holds.
+async fn keep_history(store: Store, retention: Option<Duration>, interval: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -333,7 +342,15 @@ async fn delete_expired(store: Store, retention: Duration, interval: Duration, s
             _ = tick.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        let Some(cutoff) = retention_cutoff(retention) else { continue };
+        let cutoff = retention.and_then(retention_cutoff);
+        match store.maintain_history(cutoff).await {
+            Ok(maintained) if maintained != webhooks_store::Maintained::default() => {
+                tracing::info!(made = maintained.made, dropped = maintained.dropped, "history partitions kept");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "could not keep the history's partitions; next round tries again"),
+        }
+        let Some(cutoff) = cutoff else { continue };
         let mut deleted = Purged::default();
         loop {
             match store.purge_expired(cutoff, RETENTION_BATCH).await {

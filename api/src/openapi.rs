@@ -44,13 +44,15 @@ const TOO_LARGE: &str = "PayloadTooLarge";
 const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
 const KEY_REUSED: &str = "IdempotencyKeyReused";
 const RATE_LIMITED: &str = "RateLimited";
+const UNAVAILABLE: &str = "Unavailable";
 const HEADERS_TOO_LARGE: &str = "HeadersTooLarge";
 
 /// The `Api-Key` scheme, the shared answers, and on each operation the
 /// shared answers it can give:
 ///
 /// - every operation: 401 (authentication), 408 (`REQUEST_TIMEOUT`), 429
-///   (the request limit), 431 (request headers over the server's limit);
+///   (the request limit), 431 (request headers over the server's limit),
+///   503 (the database too busy for it now);
 /// - every operation with a body (`POST`, `PUT`): 413 and 415;
 /// - every `POST`: 409 (its `Idempotency-Key` still in progress) and 422 (the
 ///   key reused with another request).
@@ -142,14 +144,31 @@ fn shared_responses() -> Vec<(&'static str, Response)> {
         (
             RATE_LIMITED,
             error_response(
-                "`rate_limited`: the developer is over `RATE_LIMIT_PER_SECOND` (in bursts of `RATE_LIMIT_BURST`); \
-                 nothing was done",
+                "`rate_limited`: the developer is over `RATE_LIMIT_PER_SECOND` (in bursts of `RATE_LIMIT_BURST`), \
+                 or has three searches (log searches, event lists and lookups, upcoming events) or one recovery \
+                 count in flight already; nothing was done",
             )
             .header(
                 "Retry-After",
                 header(
                     ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)),
                     "Whole seconds to wait before the next request",
+                ),
+            )
+            .build(),
+        ),
+        (
+            UNAVAILABLE,
+            error_response(
+                "`unavailable`: the database is too busy for this request now (a statement ran past \
+                 `DATABASE_STATEMENT_TIMEOUT`, or no connection came free in time, or the process's share of \
+                 connections for searches is taken); nothing was done, and the connection it held is free",
+            )
+            .header(
+                "Retry-After",
+                header(
+                    ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)),
+                    "Whole seconds to wait before trying again",
                 ),
             )
             .build(),
@@ -291,6 +310,7 @@ impl Modify for Common {
                 add(operation, "408", REQUEST_TIMEOUT);
                 add(operation, "429", RATE_LIMITED);
                 add(operation, "431", HEADERS_TOO_LARGE);
+                add(operation, "503", UNAVAILABLE);
                 if let Some(body) = &mut operation.request_body {
                     let schemas = body.content.values().filter_map(|content| content.schema.as_ref());
                     let required = schemas.into_iter().any(|schema| requires_properties(&components, schema));

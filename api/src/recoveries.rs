@@ -5,16 +5,21 @@
 //! nothing twice.
 //!
 //! Recovery work has a budget of its own: one statement at a time per
-//! process (the count a `POST …/recover` answers with included), and after
+//! process (the count of each recovery included, made in the background
+//! after the call started it; one in flight per developer), and after
 //! each batch a pause at least as long as the batch took and long enough to
 //! keep to `RECOVERY_RATE` deliveries per second. However many recoveries
 //! run, they hold one of the process's database connections at most half of
 //! the time, and what they queue reaches the dispatchers at a pace that
 //! leaves live traffic its share.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, oneshot};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 use webhooks_queue::Producer;
@@ -39,6 +44,21 @@ pub struct Recoveries {
     store: Store,
     budget: Arc<Semaphore>,
     wake: Arc<Notify>,
+    /// The developers with a count in flight in this process.
+    counting: Arc<Mutex<HashSet<Uuid>>>,
+}
+
+/// A developer's one count in flight; given back when dropped.
+#[derive(Debug)]
+pub struct Counting {
+    counting: Arc<Mutex<HashSet<Uuid>>>,
+    developer: Uuid,
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        self.counting.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.developer);
+    }
 }
 
 impl Recoveries {
@@ -52,7 +72,8 @@ impl Recoveries {
         tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Recoveries {
-        let recoveries = Recoveries { store, budget: Arc::new(Semaphore::new(1)), wake: Arc::default() };
+        let recoveries =
+            Recoveries { store, budget: Arc::new(Semaphore::new(1)), wake: Arc::default(), counting: Arc::default() };
         let worker = Worker {
             recoveries: recoveries.clone(),
             producer,
@@ -64,11 +85,45 @@ impl Recoveries {
         recoveries
     }
 
-    /// How many deliveries a recovery of `window` would queue, and where,
-    /// counted under the recovery budget.
-    pub async fn count(&self, endpoint: &EndpointRecord, window: RecoveryWindow) -> StoreResult<Recoverable> {
-        let _turn = self.budget.acquire().await;
-        self.store.recoverable(endpoint, window).await
+    /// Takes the developer's one count in flight, or `None` when they have
+    /// one already.
+    pub fn begin_count(&self, developer: Uuid) -> Option<Counting> {
+        let mut counting = self.counting.lock().unwrap_or_else(PoisonError::into_inner);
+        counting.insert(developer).then(|| Counting { counting: self.counting.clone(), developer })
+    }
+
+    /// Counts what recovery `id` of `window` (started uncounted) queues,
+    /// under the recovery budget, in the background, and stores the count
+    /// (`Store::count_recovery`). The receiver gets the count once stored;
+    /// `counting` is given back then.
+    pub fn count(
+        &self,
+        counting: Counting,
+        endpoint: EndpointRecord,
+        id: Uuid,
+        window: RecoveryWindow,
+    ) -> oneshot::Receiver<Recoverable> {
+        let (counted, answer) = oneshot::channel();
+        let recoveries = self.clone();
+        tokio::spawn(async move {
+            let _counting = counting;
+            let result: StoreResult<Recoverable> = async {
+                let _turn = recoveries.budget.acquire().await;
+                let recoverable = recoveries.store.recoverable(&endpoint, window).await?;
+                recoveries.store.count_recovery(id, &recoverable).await?;
+                Ok(recoverable)
+            }
+            .await;
+            match result {
+                Ok(recoverable) => {
+                    let _ = counted.send(recoverable);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, recovery_id = %id, "cannot count a recovery; it goes on uncounted")
+                }
+            }
+        });
+        answer
     }
 
     /// A recovery was started: take it now rather than at the next look.

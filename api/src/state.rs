@@ -36,4 +36,6 @@ pub struct AppState {
     /// Each developer's fair share of the default work queue, unless
     /// switched off.
     pub fair_share: Option<Arc<RateLimit>>,
+    /// The expensive reads in flight, per developer and in all.
+    pub reads: crate::reads::Reads,
 }

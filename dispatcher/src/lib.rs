@@ -136,6 +136,7 @@ async fn context(
         concurrency: delivery.dispatcher_concurrency,
         shutdown_timeout: delivery.shutdown_timeout,
         retry_schedule: common.retry_schedule.clone(),
+        clock: metrics.clock.clone(),
     };
     Ok(Arc::new(Context {
         common: common.clone(),
@@ -159,6 +160,7 @@ async fn context(
 /// hands back what it holds within `SHUTDOWN_TIMEOUT`, and returns.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
+    config.common.apply_faults();
     webhooks_listener::check_exposure("DISPATCHER_LISTEN_ADDR", listener.local_addr()?, config.internal_token())
         .map_err(anyhow::Error::msg)?;
     let common = &config.common;

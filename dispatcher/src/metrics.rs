@@ -25,6 +25,8 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Time from event acceptance to the start of its first attempt.
     pub queue_lag: Histogram,
+    /// The process's clock against the database's (distributed mode).
+    pub clock: std::sync::Arc<webhooks_queue::metrics::ClockMetrics>,
 }
 
 impl Metrics {
@@ -37,6 +39,7 @@ impl Metrics {
             attempt_duration: Histogram::new(buckets),
             in_flight: Gauge::default(),
             queue_lag: Histogram::new(buckets),
+            clock: std::sync::Arc::default(),
             registry: Registry::default(),
         };
         registry.register("deliveries", "Delivery messages handled, by outcome", metrics.deliveries.clone());
@@ -51,6 +54,7 @@ impl Metrics {
             "Time from event acceptance to its first attempt",
             metrics.queue_lag.clone(),
         );
+        metrics.clock.register(&mut registry);
         Metrics { registry, ..metrics }
     }
 

@@ -8,7 +8,6 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use tracing::Instrument;
-use uuid::Uuid;
 use webhooks_config::CommonConfig;
 use webhooks_model::DeliveryLog;
 use webhooks_queue::{Delivery, DeliveryMessage, Handler, Outcome, Queue};
@@ -120,7 +119,12 @@ async fn decide_for(context: &Context, message: &DeliveryMessage, admitted: bool
     let mut ordered = false;
     if !admitted {
         let attempt = i32::try_from(message.attempt).unwrap_or(i32::MAX);
-        let question = StandingQuestion { delivery_id: message.delivery_id, generation: message.generation, attempt };
+        let question = StandingQuestion {
+            delivery_id: message.delivery_id,
+            event_id: message.event_id.clone(),
+            generation: message.generation,
+            attempt,
+        };
         match context.admissions.ask(question).await {
             Ok(Admission::Go { ordered: now }) => ordered = now,
             Ok(Admission::Superseded) => {
@@ -236,9 +240,11 @@ async fn decide_for(context: &Context, message: &DeliveryMessage, admitted: bool
     );
     let mut record = record(message, after.state());
     record.log = Some(DeliveryLog {
-        id: Uuid::now_v7(),
+        // The attempt's time on the one clock: the delivery log's partitions
+        // are ranges of ids.
+        id: webhooks_model::ids::new_v7(),
         event_id: message.event_id.clone(),
-        event_type: None,
+        event_type: message.event_type(),
         attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
         status: attempt.status.map(i32::from),
         response_body: attempt.response_body.take(),
@@ -272,6 +278,7 @@ fn failed(context: &Context, message: &DeliveryMessage, reason: &str, error: &dy
 fn record(message: &DeliveryMessage, state: DeliveryState) -> AttemptRecord {
     AttemptRecord {
         delivery_id: message.delivery_id,
+        event_id: message.event_id.clone(),
         state,
         next_attempt_at: None,
         log: None,

@@ -45,6 +45,8 @@ pub struct ApiOptions {
     /// every dispatcher started for the instance, or in standalone mode to
     /// the instance itself.
     pub delivery_args: Vec<String>,
+    /// `--database-max-connections` of each process (distributed).
+    pub database_max_connections: u32,
 }
 
 impl Default for ApiOptions {
@@ -58,6 +60,7 @@ impl Default for ApiOptions {
             environment: Environment::Sandbox,
             extra_args: Vec::new(),
             delivery_args: Vec::new(),
+            database_max_connections: 4,
         }
     }
 }
@@ -346,7 +349,10 @@ impl TestApi {
         .map(|s| (*s).to_owned())
         .collect();
         if let Some(database) = &database {
-            shared_args.extend(["--database-url", database.url(), "--database-max-connections", "4"].map(String::from));
+            let connections = options.database_max_connections.to_string();
+            shared_args.extend(
+                ["--database-url", database.url(), "--database-max-connections", &connections].map(String::from),
+            );
             shared_args.extend(["--amqp-url".to_owned(), amqp_url.clone()]);
         }
         if let Some(DataDir(dir)) = &data_dir {

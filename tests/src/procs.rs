@@ -143,6 +143,10 @@ pub struct StackOptions {
     /// `AMQP_URL` of the distributed system (one address or a cluster's
     /// list); `None`: the tests' broker ([`broker::amqp_url`]).
     pub amqp_url: Option<String>,
+    /// Distributed: SQL run on the fresh database once its migrations are
+    /// applied, before the API first starts (an installation as an earlier
+    /// release left it).
+    pub seed: Option<String>,
 }
 
 impl StackOptions {
@@ -158,6 +162,7 @@ impl StackOptions {
             log_dir: std::env::temp_dir().join(format!("{tool}-{}", random_suffix())),
             env: Vec::new(),
             amqp_url: None,
+            seed: None,
         }
     }
 }
@@ -289,6 +294,12 @@ impl Stack {
         match options.backend {
             Backend::Distributed => {
                 let created = TestDatabase::create().await?;
+                if let Some(seed) = &options.seed {
+                    let pool = sqlx::PgPool::connect(created.url()).await?;
+                    webhooks_store::open::migrate(&pool).await.context("migrate the database to seed")?;
+                    sqlx::raw_sql(seed).execute(&pool).await.context("seed the database")?;
+                    pool.close().await;
+                }
                 let schedule: RetrySchedule = options.retry_schedule.parse().map_err(anyhow::Error::msg)?;
                 queues = Some(QueueCleanup::new(&amqp_url, &prefix, &schedule));
                 env.extend([
@@ -430,6 +441,31 @@ impl Stack {
         let child = command_line.spawn().with_context(|| format!("start {}", self.programs.api.path.display()))?;
         let pid = child.id().context("the API's pid")?;
         Ok(Proc { name: name.into(), pid, addr: self.internal, started: Instant::now(), child })
+    }
+
+    /// Starts another API process (`serve`) beside the first, on listeners
+    /// of its own, with `env` over the stack's settings, and waits until its
+    /// `/readyz` answers 200. Returns it; its `addr` is its internal
+    /// listener.
+    pub async fn start_another_api(&mut self, name: &str, env: &[(&str, &str)]) -> anyhow::Result<Proc> {
+        anyhow::ensure!(self.backend == Backend::Distributed, "standalone mode runs one process");
+        let (public, internal) = (free_addr()?, free_addr()?);
+        let log = self.log_file(name)?;
+        let mut command = self.programs.api.command();
+        command
+            .arg("serve")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("API_LISTEN_ADDR", public.to_string())
+            .env("INTERNAL_LISTEN_ADDR", internal.to_string())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let child = command.spawn().with_context(|| format!("start {}", self.programs.api.path.display()))?;
+        let pid = child.id().context("the API's pid")?;
+        let proc = Proc { name: name.into(), pid, addr: internal, started: Instant::now(), child };
+        self.ready(proc, "/readyz", Duration::from_secs(60)).await
     }
 
     /// How often the API process was started.

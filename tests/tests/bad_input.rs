@@ -383,3 +383,41 @@ async fn odd_requests_never_make_a_500_or_a_shapeless_error() {
     api.get("/api_keys/whoami", &key).await.expect(200);
     api.shutdown().await.unwrap();
 }
+
+/// A time beyond what the stores keep (years before 1 or after 9999, which
+/// RFC 3339 cannot write but a lenient reader takes) is 400 naming the
+/// field, in a body and in a query, on both backends.
+#[tests::test]
+async fn a_time_out_of_range_is_400_naming_it() {
+    let api = TestApi::start().await.unwrap();
+    let key = api.new_developer().await;
+    let receiver = api.receiver().await;
+    let webhook = api.create_endpoint(&key, &receiver.url()).await;
+    let id = webhook["id"].as_str().unwrap();
+    for (since, until) in [
+        ("-10000-01-01T00:00:00Z", None),
+        ("+10000-01-01T00:00:00Z", None),
+        ("2026-11-21T00:00:00Z", Some("+275760-09-13T00:00:00Z")),
+        ("0000-12-31T23:59:59Z", None),
+    ] {
+        let mut body = json!({ "since": since });
+        if let Some(until) = until {
+            body["until"] = json!(until);
+        }
+        let response = api.post(&format!("/webhooks/{id}/recover"), &key, &body).await;
+        let named = if until.is_some() { "until" } else { "since" };
+        let error = response.expect_error(400, "invalid");
+        assert_eq!(
+            (error["source"]["location"].as_str(), error["source"]["key"].as_str()),
+            (Some("body"), Some(named))
+        );
+    }
+    for time in ["-10000-01-01T00:00:00Z", "%2B10000-01-01T00:00:00Z", "0000-01-01T00:00:00Z"] {
+        for name in ["since", "until"] {
+            let response = api.get(&format!("/webhooks/{id}/logs?{name}={time}"), &key).await;
+            let error = response.expect_error(400, "invalid");
+            assert_eq!(error["source"]["key"], name, "{}", response.text());
+        }
+    }
+    api.shutdown().await.unwrap();
+}

@@ -14,7 +14,8 @@ const ARCHITECTURE: &str = include_str!("../../docs/architecture.md");
 /// Read by a library, not declared with clap, and documented beside them.
 const LIBRARY_SETTINGS: [&str; 2] = ["RUST_LOG", "TOKIO_WORKER_THREADS"];
 
-/// Every setting the programs declare, with its default when it has one.
+/// Every setting the programs declare for operators, with its default when
+/// it has one.
 fn declared() -> BTreeMap<String, Option<String>> {
     let commands = [
         api::Config::augment_args(clap::Command::new("serve")),
@@ -23,7 +24,8 @@ fn declared() -> BTreeMap<String, Option<String>> {
     ];
     let mut settings = BTreeMap::new();
     for command in commands {
-        for arg in command.get_arguments() {
+        // Hidden settings are a test's faults, not an operator's.
+        for arg in command.get_arguments().filter(|arg| !arg.is_hide_set()) {
             if let Some(env) = arg.get_env() {
                 let default = arg.get_default_values().first().map(|v| v.to_string_lossy().into_owned());
                 settings.insert(env.to_string_lossy().into_owned(), default);

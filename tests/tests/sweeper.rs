@@ -377,9 +377,10 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
 
     // Four sweepers at once, as four API processes: each delivery once.
     strand_all(&api).await;
-    let sweeps = futures::future::join_all((0..4).map(|_| store.sweep_stranded(Lane::Default, owed, 7, 5))).await;
+    let sweeps =
+        futures::future::join_all((0..4).map(|_| store.sweep_stranded(Lane::Default, false, owed, 7, 5))).await;
     let mut queued: u64 = sweeps.iter().map(|s| s.as_ref().unwrap().queued).sum();
-    while let swept = store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap()
+    while let swept = store.sweep_stranded(Lane::Default, false, owed, 500, 5).await.unwrap()
         && swept.queued > 0
     {
         queued += swept.queued;
@@ -397,20 +398,24 @@ async fn concurrent_sweeps_queue_each_delivery_once_and_give_up_after_the_limit(
         sqlx::query_scalar("SELECT DISTINCT generation FROM deliveries").fetch_all(&pool).await.unwrap();
     assert_eq!(generations, [1], "each moved to a new generation once");
     // Nothing is due any more: a sweep right after finds nothing. What a
-    // sweep queues again waits in its own lane.
+    // sweep queues again waits in the swept queue, and keeps its lane for
+    // its retries.
     for lane in [Lane::Default, Lane::Bulk] {
-        assert_eq!(store.sweep_stranded(lane, owed, 500, 5).await.unwrap().queued, 0);
+        for swept in [false, true] {
+            assert_eq!(store.sweep_stranded(lane, swept, owed, 500, 5).await.unwrap().queued, 0);
+        }
     }
-    let lanes: Vec<String> = sqlx::query_scalar("SELECT DISTINCT lane FROM deliveries").fetch_all(&pool).await.unwrap();
-    assert_eq!(lanes, ["default"]);
+    let lanes: Vec<(String, bool)> =
+        sqlx::query_as("SELECT DISTINCT lane, swept FROM deliveries").fetch_all(&pool).await.unwrap();
+    assert_eq!(lanes, [("default".to_owned(), true)]);
 
     // Swept four more times in vain (five in all), the sixth sweep gives up.
     for _ in 0..4 {
         strand_all(&api).await;
-        assert_eq!(store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap().queued, 50);
+        assert_eq!(store.sweep_stranded(Lane::Default, true, owed, 500, 5).await.unwrap().queued, 50);
     }
     strand_all(&api).await;
-    let last = store.sweep_stranded(Lane::Default, owed, 500, 5).await.unwrap();
+    let last = store.sweep_stranded(Lane::Default, true, owed, 500, 5).await.unwrap();
     assert_eq!((last.queued, last.failed), (0, 50));
     assert!(upcoming_ids(&api, &key, &endpoint).await.is_empty(), "failed deliveries are not upcoming");
     let entries = logs(&api, &key, &endpoint, "?limit=100").await;
@@ -467,12 +472,16 @@ async fn a_set_aside_delivery_is_queued_again_once_due_and_never_failed_for_it()
     sqlx::query("DELETE FROM outbox").execute(pool).await.unwrap();
     sqlx::query("UPDATE deliveries SET next_attempt_at = now() - interval '1 second'").execute(pool).await.unwrap();
     let behind = chrono::Utc::now() - chrono::Duration::minutes(10);
-    let swept = store.sweep_stranded(Lane::Bulk, behind, 100, 5).await.unwrap();
+    let swept = store.sweep_stranded(Lane::Bulk, false, behind, 100, 5).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 0), "behind the lane's watermark");
     assert_eq!(store.sweep_set_aside(100).await.unwrap(), Default::default(), "not set aside");
     let now = chrono::Utc::now();
-    assert_eq!(store.sweep_stranded(Lane::Default, now, 100, 5).await.unwrap(), Default::default(), "another lane");
-    let swept = store.sweep_stranded(Lane::Bulk, now, 100, 5).await.unwrap();
+    assert_eq!(
+        store.sweep_stranded(Lane::Default, false, now, 100, 5).await.unwrap(),
+        Default::default(),
+        "another lane"
+    );
+    let swept = store.sweep_stranded(Lane::Bulk, false, now, 100, 5).await.unwrap();
     assert_eq!((swept.queued, swept.returned, swept.failed), (0, 0, 1), "at the limit");
 
     api.shutdown().await.unwrap();

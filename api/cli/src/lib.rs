@@ -39,7 +39,7 @@ enum Command {
     /// DATA_DIR: no PostgreSQL, no RabbitMQ. Prints a key on the first start.
     Standalone(Box<StandaloneConfig>),
     /// Apply the database schema and exit.
-    Migrate(Common),
+    Migrate(MigrateArgs),
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -188,6 +188,18 @@ struct Common {
     common: CommonConfig,
 }
 
+#[derive(Debug, Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    common: CommonConfig,
+    /// Also convert the history tables (events, deliveries, delivery logs)
+    /// of an installation that has history to day partitions, online,
+    /// while the system runs (docs/operations.md, "Partitioned history").
+    /// A new installation gets them at its first start.
+    #[arg(long)]
+    partition_history: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum KeysCommand {
     /// Create a key and print `{"key": …, "api_key": {…}}` on stdout.
@@ -303,10 +315,13 @@ pub async fn main() -> anyhow::Result<()> {
             webhooks_config::telemetry::init(config.api.common.log_format);
             standalone(*config).await
         }
-        Command::Migrate(Common { common }) => {
+        Command::Migrate(MigrateArgs { common, partition_history }) => {
             webhooks_config::telemetry::init(common.log_format);
-            webhooks_store::open::for_command(&common).await?;
+            let (store, _) = webhooks_store::open::for_command(&common).await?;
             tracing::info!("migrations applied");
+            if partition_history {
+                store.partition_history(&|step| tracing::info!("{step}")).await?;
+            }
             Ok(())
         }
         Command::Keys { command: KeysCommand::Create(args) } => {

@@ -128,6 +128,7 @@ pub async fn upcoming(
     caller.require(Scope::WebhooksRead)?;
     let limit = limit(query.limit, 10, 100)?;
     let endpoint = find(&state, &caller, &id).await?;
+    let _read = state.reads.begin(caller.developer_id()).await?;
     let page = List::page(state.store.upcoming_events(&endpoint, limit + 1).await?, limit, false);
     let ids: Vec<String> = page.data.iter().map(|row| row.id.clone()).collect();
     let deliveries: std::collections::HashMap<String, UpcomingDeliveryState> = state
@@ -183,17 +184,21 @@ pub struct LogsQuery {
     pub until: Option<String>,
 }
 
-/// A time of a query (RFC 3339), or 400 naming `name`.
+/// A time of a query (RFC 3339, years 1 to 9999), or 400 naming `name`.
 fn query_time(value: Option<&str>, name: &str) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
     value
         .map(|text| {
-            chrono::DateTime::parse_from_rfc3339(text.trim()).map(|at| at.with_timezone(&chrono::Utc)).map_err(|_| {
-                ApiError::invalid(
-                    Location::Query,
-                    name,
-                    format!("{name} must be an RFC 3339 time such as 2026-11-21T10:04:05.123Z"),
-                )
-            })
+            chrono::DateTime::parse_from_rfc3339(text.trim())
+                .ok()
+                .map(|at| at.with_timezone(&chrono::Utc))
+                .filter(crate::extract::time_in_range)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        Location::Query,
+                        name,
+                        format!("{name} must be an RFC 3339 time such as 2026-11-21T10:04:05.123Z"),
+                    )
+                })
         })
         .transpose()
 }
@@ -259,6 +264,7 @@ pub async fn logs(
         .map_err(|_| ApiError::invalid(Location::Query, "starting_after", "starting_after must be a log id"))?;
     let filter = log_filter(&query)?;
     let endpoint = find(&state, &caller, &id).await?;
+    let _read = state.reads.begin(caller.developer_id()).await?;
     let rows = state.store.list_logs(&endpoint.id, limit + 1, cursor, &filter).await?.ok_or_else(|| {
         ApiError::invalid(Location::Query, "starting_after", "starting_after names no log entry of this endpoint")
     })?;
@@ -324,6 +330,7 @@ pub async fn show(
     if !ids::is_well_formed(&event_id, ids::EVENT_PREFIX) {
         return Err(ApiError::NotFound);
     }
+    let _read = state.reads.begin(caller.developer_id()).await?;
     let found = state.store.find_delivered_event(caller.developer_id(), &event_id).await?.ok_or(ApiError::NotFound)?;
     let deliveries: Vec<EventDeliveryState> = found.deliveries.into_iter().map(Into::into).collect();
     let deliveries = serde_json::to_string(&deliveries).map_err(|e| ApiError::Unexpected(e.into()))?;
@@ -459,6 +466,7 @@ pub async fn list(
         starting_after: query.starting_after.as_deref(),
         ending_before: query.ending_before.as_deref(),
     };
+    let _read = state.reads.begin(caller.developer_id()).await?;
     let rows = state.store.list_events(caller.developer_id(), &page).await?.ok_or_else(|| {
         ApiError::invalid(Location::Query, "starting_after,ending_before", "a cursor names no event of yours")
     })?;

@@ -10,8 +10,8 @@ use webhooks_model::{
 };
 use webhooks_net::{guard as net, guard::parse_target_url, tls};
 use webhooks_store::{
-    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, NewRecovery, Recovery, RecoveryStart, RecoveryWindow,
-    ReplacementKey, UpdateOutcome,
+    EndpointChange, EndpointRecord, EndpointUpdate, NewEndpoint, NewRecovery, Recoverable, Recovery, RecoveryStart,
+    RecoveryWindow, ReplacementKey, UpdateOutcome,
 };
 
 use crate::{
@@ -501,9 +501,19 @@ pub struct RecoverWindow {
 /// Answer of `POST /v0/webhooks/{id}/recover`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Recovering {
-    /// How many deliveries are being queued.
-    pub queued: u64,
+    /// The recovery (`GET …/recover` shows it).
+    pub id: Uuid,
+    /// How many deliveries are being queued; null while they are still
+    /// being counted (`GET …/recover` gives the count once known).
+    pub queued: Option<u64>,
+    /// When it queues nothing: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
+
+/// How long `POST …/recover` waits for its count before it answers without
+/// it: well within the 200 ms the call answers in.
+const COUNT_WAIT: std::time::Duration = std::time::Duration::from_millis(120);
 
 /// Queues again every failed or upcoming delivery of a time window.
 ///
@@ -512,8 +522,11 @@ pub struct Recovering {
 /// disabled), or was never made (`beginning_of_time` endpoints) is queued as
 /// `send` queues one: an attempt now, whatever the endpoint's status, then
 /// the retry schedule. Deliveries already pending or retrying are left
-/// alone, so no event is queued twice. Answers at once with the count; the
-/// deliveries are queued in the background, in batches (`RECOVERY_BATCH`
+/// alone, so no event is queued twice. Answers at once, whatever the
+/// window: with the count when it is known within a moment, else `queued:
+/// null` (`GET …/recover` gives it once counted); a recovery that queues
+/// nothing says why (`reason`). One count per developer runs at a time (429
+/// meanwhile). The deliveries are queued in the background, in batches (`RECOVERY_BATCH`
 /// deliveries, 10 by default), oldest first, at most `RECOVERY_RATE`
 /// deliveries per second per API process. The recovery's progress is stored
 /// with each batch: a stop of the process, or an error, pauses it, and
@@ -526,7 +539,7 @@ pub struct Recovering {
     responses(
         (status = 202, description = "The deliveries are being queued", body = Recovering,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
-        (status = 400, description = "`invalid`/`required` body field (not a time), or `Idempotency-Key` missing or malformed; a window that ends before it starts is empty (`queued: 0`)", body = ErrorBody),
+        (status = 400, description = "`invalid`/`required` body field (not a time, or a year outside 1 to 9999), or `Idempotency-Key` missing or malformed; a window that ends before it starts is empty (`queued: 0`)", body = ErrorBody),
         (status = 403, description = "`forbidden`: the calling key lacks `webhooks:write`", body = ErrorBody),
         (status = 404, description = "`not_found`: no endpoint of this developer has this id, or it is deleted", body = ErrorBody),
         (status = 409, description = "`invalid_state`: a recovery of this endpoint is running (the message names it)", body = ErrorBody),
@@ -538,6 +551,15 @@ pub async fn recover(
     Json(body): Json<RecoverWindow>,
 ) -> ApiResult<(StatusCode, axum::Json<Recovering>)> {
     caller.require(Scope::WebhooksWrite)?;
+    for (name, at) in [("since", Some(body.since)), ("until", body.until)] {
+        if at.is_some_and(|at| !crate::extract::time_in_range(&at)) {
+            return Err(ApiError::invalid(
+                Location::Body,
+                name,
+                format!("{name} must be a time of the years 1 to 9999"),
+            ));
+        }
+    }
     let endpoint = find(&state, &caller, &id).await?;
     // A window that ends before it starts (or starts in the future) is
     // empty: nothing to queue.
@@ -547,27 +569,38 @@ pub async fn recover(
     if let Some(running) = state.store.latest_recovery(&endpoint.id).await?.filter(|r| r.running) {
         return Err(running_already(&running));
     }
-    let counted = state.recoveries.count(&endpoint, window).await?;
-    let queued = counted.count;
-    if queued == 0 {
-        return Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })));
-    }
+    // One count in flight per developer: a count reads the window.
+    let counting = state.recoveries.begin_count(caller.developer_id()).ok_or(ApiError::RateLimited(COUNT_WAIT * 10))?;
     let new = NewRecovery {
-        id: Uuid::now_v7(),
+        id: webhooks_model::ids::new_v7(),
         endpoint_id: endpoint.id.clone(),
         developer_id: endpoint.developer_id,
         window,
-        counted,
+        counted: None,
         api_key_id: Some(caller.key.id),
     };
-    match state.store.start_recovery(&new).await? {
-        RecoveryStart::Started(recovery) => {
-            tracing::info!(recovery_id = %recovery.id, endpoint_id = %endpoint.id, queued, api_key_id = %caller.key.id, "recovery started");
-            state.recoveries.wake();
-            Ok((StatusCode::ACCEPTED, axum::Json(Recovering { queued })))
-        }
-        RecoveryStart::Running(running) => Err(running_already(&running)),
-    }
+    let recovery = match state.store.start_recovery(&new).await? {
+        RecoveryStart::Started(recovery) => recovery,
+        RecoveryStart::Running(running) => return Err(running_already(&running)),
+    };
+    // Counted in the background, whatever the window; the answer says the
+    // count when it comes quickly.
+    let count = state.recoveries.count(counting, endpoint.clone(), recovery.id, window);
+    state.recoveries.wake();
+    let counted = tokio::time::timeout(COUNT_WAIT, count).await.ok().and_then(Result::ok);
+    tracing::info!(
+        recovery_id = %recovery.id,
+        endpoint_id = %endpoint.id,
+        queued = ?counted.map(|c| c.count),
+        api_key_id = %caller.key.id,
+        "recovery started"
+    );
+    let answer = Recovering {
+        id: recovery.id,
+        queued: counted.map(|c| c.count),
+        reason: counted.as_ref().and_then(Recoverable::reason),
+    };
+    Ok((StatusCode::ACCEPTED, axum::Json(answer)))
 }
 
 fn running_already(running: &Recovery) -> ApiError {
@@ -578,7 +611,7 @@ fn running_already(running: &Recovery) -> ApiError {
         webhooks_model::time::format(&running.window.since),
         webhooks_model::time::format(&running.window.until),
         running.queued,
-        running.total,
+        running.total.map_or_else(|| "being counted".to_owned(), |total| total.to_string()),
         running.endpoint_id
     ))
 }
@@ -597,12 +630,15 @@ pub struct RecoveryStatus {
     #[serde(serialize_with = "webhooks_model::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub until: chrono::DateTime<chrono::Utc>,
-    /// The deliveries it was counted to queue when it started (the
-    /// `queued` its `POST` answered).
-    pub total: i64,
+    /// The deliveries it was counted to queue (the `queued` its `POST`
+    /// answered); null while they are still being counted.
+    pub total: Option<i64>,
     /// The deliveries it queued so far (fewer than `total` when some were
     /// pending or delivered meanwhile).
     pub queued: i64,
+    /// When it queues nothing: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(serialize_with = "webhooks_model::time::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -623,6 +659,7 @@ impl From<Recovery> for RecoveryStatus {
             until: recovery.window.until,
             total: recovery.total,
             queued: recovery.queued,
+            reason: recovery.reason,
             created_at: recovery.created_at,
             updated_at: recovery.updated_at,
             finished_at: recovery.finished_at,

@@ -102,6 +102,13 @@ pub struct CommonConfig {
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 10)]
     pub database_max_connections: u32,
 
+    /// How long one database statement may run before PostgreSQL cancels
+    /// it: a request that would take longer answers 503 with `Retry-After`
+    /// and frees its connection at once, instead of holding it while
+    /// nobody waits for the answer.
+    #[arg(long, env = "DATABASE_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub database_statement_timeout: Duration,
+
     // Kept as written and parsed by `broker_addresses` (checked in
     // `validate`), so that a bad entry is reported redacted rather than
     // echoed whole, password included, by the argument parser.
@@ -149,6 +156,32 @@ pub struct CommonConfig {
     /// The clock of day-long decisions (endpoint health); tests move it.
     #[arg(skip)]
     pub clock: webhooks_model::time::Clock,
+
+    /// For tests of the one clock: this host's clock is off by this much
+    /// (`1h` ahead, `-1h` behind). The process still stamps the database's
+    /// time (DESIGN.md, "One clock").
+    #[arg(long, env = "FAULT_CLOCK_SKEW", hide = true, allow_hyphen_values = true, value_parser = parse_skew)]
+    pub fault_clock_skew: Option<chrono::Duration>,
+}
+
+/// A duration with an optional sign: `-1h` is an hour behind.
+fn parse_skew(raw: &str) -> Result<chrono::Duration, String> {
+    let (sign, magnitude) = match raw.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, raw.strip_prefix('+').unwrap_or(raw)),
+    };
+    let duration = parse_duration(magnitude)?;
+    chrono::Duration::from_std(duration).map(|d| d * sign).map_err(|e| e.to_string())
+}
+
+impl CommonConfig {
+    /// Applies what a test asked of this process's host ([`Self::fault_clock_skew`]);
+    /// a program calls it first thing.
+    pub fn apply_faults(&self) {
+        if let Some(skew) = self.fault_clock_skew {
+            webhooks_model::time::skew_host_clock(skew);
+        }
+    }
 }
 
 impl fmt::Debug for CommonConfig {
@@ -157,6 +190,7 @@ impl fmt::Debug for CommonConfig {
             .field("database_url", &self.database_url.as_deref().map(redacted_url))
             .field("data_dir", &self.data_dir)
             .field("database_max_connections", &self.database_max_connections)
+            .field("database_statement_timeout", &self.database_statement_timeout)
             .field("amqp_url", &self.broker_addresses().map_or_else(|_| "<invalid>".to_owned(), |a| a.to_string()))
             .field("queue_prefix", &self.queue_prefix)
             .field("platform_environment", &self.platform_environment)

@@ -24,7 +24,36 @@ pub fn new_endpoint_id() -> String {
 /// grow at one end instead of touching a random page per insert, which
 /// matters once they outgrow memory.
 pub fn new_event_id() -> String {
-    format!("{EVENT_PREFIX}{}", uuid::Uuid::now_v7().simple())
+    new_event_id_at(crate::time::now())
+}
+
+/// The id of an event made at `at`.
+pub fn new_event_id_at(at: chrono::DateTime<chrono::Utc>) -> String {
+    format!("{EVENT_PREFIX}{}", new_v7_at(at).simple())
+}
+
+/// A fresh UUIDv7 whose time is now on the service's one clock
+/// ([`crate::time::now`]), not the host's: ids made later on any process
+/// sort later, and an id says when it was made (the history's partitions
+/// are ranges of ids).
+pub fn new_v7() -> uuid::Uuid {
+    new_v7_at(crate::time::now())
+}
+
+/// A UUIDv7 of `at`; ids made by one process for the same or later times
+/// sort in the order they were made.
+pub fn new_v7_at(at: chrono::DateTime<chrono::Utc>) -> uuid::Uuid {
+    static CONTEXT: std::sync::Mutex<uuid::ContextV7> = std::sync::Mutex::new(uuid::ContextV7::new());
+    let context = CONTEXT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
+    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(&*context, seconds, at.timestamp_subsec_nanos()))
+}
+
+/// The time a UUIDv7 was made at, to the millisecond; `None` for other
+/// versions.
+pub fn v7_time(id: &uuid::Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
+    let (seconds, nanos) = id.get_timestamp()?.to_unix();
+    chrono::DateTime::from_timestamp(i64::try_from(seconds).ok()?, nanos)
 }
 
 /// Whether `id` has the shape `<prefix><32 lowercase hex>`; anything else cannot
@@ -52,6 +81,16 @@ mod tests {
         let ids: Vec<String> = (0..1000).map(|_| new_event_id()).collect();
         assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
         assert!(ids.iter().all(|id| is_well_formed(id, EVENT_PREFIX)));
+    }
+
+    #[test]
+    fn a_v7_id_says_when_it_was_made() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T10:04:05.123456Z").unwrap().to_utc();
+        let id = new_v7_at(at);
+        assert_eq!(id.get_version_num(), 7);
+        assert_eq!(v7_time(&id).unwrap().timestamp_millis(), at.timestamp_millis());
+        assert!(new_v7_at(at) > id, "ids of one time sort in the order they were made");
+        assert_eq!(v7_time(&uuid::Uuid::new_v4()), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! {p}.deliveries, {p}.deliveries.bulk    the work queues of the two lanes
+//! {p}.deliveries.swept                    what the sweeper queued again, taken first
 //! {p}.retry.<ms>ms, {p}.retry.bulk.<ms>ms  one retry queue per delay and lane
 //! {p}.dead                                messages that could not be processed
 //! {p}.lifecycle                           the fanout exchange of endpoint changes
@@ -81,9 +82,18 @@ impl Topology {
         }
     }
 
+    /// The work queue of deliveries the sweeper queued again
+    /// (DESIGN.md, "Knowing what is stranded"): dispatchers take it before
+    /// the lanes, so a delivery found stranded does not wait behind the
+    /// backlog it was lost from. It has no retry queues: a message from it
+    /// retries in its lane.
+    pub fn swept(&self) -> String {
+        format!("{}.deliveries.swept", self.prefix)
+    }
+
     /// Every queue of the topology (not the lifecycle listeners' own).
     pub fn queues(&self) -> Vec<String> {
-        let mut queues = vec![self.work_queue(Lane::Default), self.work_queue(Lane::Bulk), self.dead()];
+        let mut queues = vec![self.work_queue(Lane::Default), self.work_queue(Lane::Bulk), self.swept(), self.dead()];
         for delay in &self.retry_delays {
             queues.push(self.retry_in(Lane::Default, *delay));
             queues.push(self.retry_in(Lane::Bulk, *delay));
@@ -147,6 +157,7 @@ mod tests {
         let route = topology.retry_route(Lane::Bulk, Duration::from_secs(600)).unwrap();
         assert_eq!((route.queue.as_str(), route.wait), ("p.retry.bulk.60000ms", Duration::from_secs(60)));
         assert_eq!(topology.work_queue(Lane::Bulk), "p.deliveries.bulk");
-        assert_eq!(topology.queues().len(), 7);
+        assert_eq!(topology.queues().len(), 8);
+        assert_eq!(topology.swept(), "p.deliveries.swept");
     }
 }

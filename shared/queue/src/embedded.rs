@@ -11,7 +11,6 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::{Notify, Semaphore, broadcast::error::RecvError};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 use webhooks_model::{DeliveryLog, Lane};
 use webhooks_store::{AttemptRecord, DeliveryState, queue::DeliveryTable};
 
@@ -121,14 +120,15 @@ impl Drop for EmbeddedTicket {
 fn given_up(message: &DeliveryMessage, reason: &str) -> AttemptRecord {
     AttemptRecord {
         delivery_id: message.delivery_id,
+        event_id: message.event_id.clone(),
         state: DeliveryState::Failed,
         next_attempt_at: None,
         endpoint_id: message.endpoint_id.clone(),
         generation: message.generation,
         log: Some(DeliveryLog {
-            id: Uuid::now_v7(),
+            id: webhooks_model::ids::new_v7(),
             event_id: message.event_id.clone(),
-            event_type: None,
+            event_type: message.event_type(),
             attempt: i32::try_from(message.attempt).unwrap_or(i32::MAX),
             status: None,
             response_body: None,

@@ -27,6 +27,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use webhooks_model::{RetrySchedule, Topology};
 use webhooks_store::{AttemptRecord, Store, queue::QueueStore};
 
+pub use amqp::Pending;
 pub use message::{DecodeError, DeliveryMessage, Message, PARK_LIMIT};
 
 /// Faults a test injects into a running process, as a crash or a lost
@@ -66,6 +67,8 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// The retry schedule: how long a message put back waits.
     pub retry_schedule: RetrySchedule,
+    /// The process's clock against the database's (RabbitMQ).
+    pub clock: Arc<metrics::ClockMetrics>,
 }
 
 /// The queue of the deployment. Cheap to clone.
@@ -226,9 +229,10 @@ pub enum Producer {
 }
 
 impl Producer {
-    /// The API's side of the queue over `queue_store`: for RabbitMQ, starts
-    /// the relay and the sweeper on `tasks`, until `shutdown`.
-    pub fn start(
+    /// The API's side of the queue over `queue_store`: for RabbitMQ, says
+    /// the process is alive (before it takes any work), then starts the
+    /// relay, the heartbeat and the sweeper on `tasks`, until `shutdown`.
+    pub async fn start(
         queue_store: QueueStore,
         broker: amqp::BrokerSettings,
         metrics: &metrics::QueueMetrics,
@@ -238,16 +242,28 @@ impl Producer {
     ) -> Producer {
         match queue_store {
             QueueStore::Outbox(outbox) => {
-                Producer::Broker(amqp::produce(outbox, broker, metrics, sweep, tasks, shutdown))
+                Producer::Broker(amqp::produce(outbox, broker, metrics, sweep, tasks, shutdown).await)
             }
             QueueStore::Table(_) => Producer::Embedded,
         }
     }
 
+    /// An event stamped `created_at` is about to be stored: until the
+    /// returned token, handed over with its first attempts, is dropped, they
+    /// are on their way (RabbitMQ: the process's `confirmed_through` stays
+    /// before them, DESIGN.md "Knowing what is stranded").
+    pub fn pending(&self, created_at: chrono::DateTime<chrono::Utc>) -> Arc<Pending> {
+        match self {
+            Producer::Broker(publisher) => publisher.pending(created_at),
+            Producer::Embedded => Arc::default(),
+        }
+    }
+
     /// Hands over the first attempts of deliveries an ingest just
-    /// committed. RabbitMQ publishes them at once (or writes them to the
-    /// outbox when it cannot); the embedded queue holds them already.
-    pub async fn enqueue(&self, first_attempts: Vec<DeliveryMessage>) {
+    /// committed, each with its event's token. RabbitMQ publishes them at
+    /// once (or writes them to the outbox when it cannot); the embedded
+    /// queue holds them already.
+    pub async fn enqueue(&self, first_attempts: Vec<(DeliveryMessage, Arc<Pending>)>) {
         match self {
             Producer::Broker(publisher) => publisher.hand_over(first_attempts).await,
             Producer::Embedded => {}

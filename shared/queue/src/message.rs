@@ -223,6 +223,17 @@ impl DeliveryV1 {
         DeliveryV1 { enters_at: Some(at), admitted: false, ..self.clone() }
     }
 
+    /// The type of the event it carries, read from the body (the delivery
+    /// log keeps it with each attempt).
+    pub fn event_type(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Typed<'a> {
+            #[serde(borrow)]
+            event_type: Cow<'a, str>,
+        }
+        serde_json::from_str::<Typed<'_>>(&self.body).ok().map(|typed| typed.event_type.into_owned())
+    }
+
     /// This message holding `ticket` in its endpoint's pace, to be put back
     /// until its start.
     pub fn with_pace_ticket(&self, ticket: i64) -> DeliveryV1 {

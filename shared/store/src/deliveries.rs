@@ -56,6 +56,9 @@ pub struct LogFilter {
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub delivery_id: i64,
+    /// The delivery's event: on PostgreSQL it says which partition holds
+    /// the delivery.
+    pub event_id: String,
     pub state: DeliveryState,
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// `None` when nothing was sent (endpoint disabled or deleted).
@@ -96,9 +99,11 @@ pub enum Admission {
 
 /// A delivery whose message was parked until `until`, in `generation`
 /// (unknown: `None`): see [`crate::Store::defer_parked`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parked {
     pub delivery_id: i64,
+    /// The delivery's event (see [`AttemptRecord::event_id`]).
+    pub event_id: String,
     pub generation: Option<i32>,
     pub until: chrono::DateTime<chrono::Utc>,
     /// No message waits for it: it was acked, and the delivery waits in the
@@ -110,9 +115,11 @@ pub struct Parked {
 
 /// Whether attempt `attempt` of `delivery_id`, in `generation` (unknown:
 /// `None`), should still be made: see [`RetryStanding`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StandingQuestion {
     pub delivery_id: i64,
+    /// The delivery's event (see [`AttemptRecord::event_id`]).
+    pub event_id: String,
     pub generation: Option<i32>,
     pub attempt: i32,
 }

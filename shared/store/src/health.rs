@@ -125,10 +125,11 @@ mod tests {
     fn record(endpoint: &str, second: i64, status: i32) -> AttemptRecord {
         AttemptRecord {
             delivery_id: 1,
+            event_id: "wh_1".into(),
             state: DeliveryState::Retrying,
             next_attempt_at: None,
             log: Some(DeliveryLog {
-                id: uuid::Uuid::now_v7(),
+                id: webhooks_model::ids::new_v7(),
                 event_id: "wh_1".into(),
                 event_type: None,
                 attempt: 1,

@@ -45,6 +45,7 @@ pub use events::{
     SendOutcome, StoredEvent, UpcomingDelivery,
 };
 pub use idempotency::{Claim, IDEMPOTENCY_CLAIM_TIMEOUT, IDEMPOTENCY_KEY_LIFETIME, StoredResponse};
+pub use pg::Maintained;
 pub use portal_sessions::{NewPortalSession, PortalSession};
 pub use recoveries::{NewRecovery, Recoverable, Recovery, RecoveryStart, RecoveryStep};
 pub use retention::{Purged, RETENTION_BATCH, retention_cutoff};
@@ -70,6 +71,11 @@ pub enum StoreError {
     /// The database failed or could not be reached.
     #[error("database error: {0}")]
     Database(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The statement ran past its time (`DATABASE_STATEMENT_TIMEOUT`) and the
+    /// database cancelled it, or no connection came free in time: the
+    /// database is busy, and a request may be tried again shortly.
+    #[error("the database took too long: {0}")]
+    TimedOut(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The batch this call was stored in failed as a whole (group commit):
     /// every call of the batch gets the one cause.
     #[error("the batch failed: {0}")]
@@ -89,6 +95,11 @@ impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match error {
             sqlx::Error::ColumnDecode { index, source } => StoreError::Corrupt(format!("column {index}: {source}")),
+            sqlx::Error::PoolTimedOut => StoreError::TimedOut(Box::new(error)),
+            // query_canceled: the statement timeout.
+            sqlx::Error::Database(ref database) if database.code().as_deref() == Some("57014") => {
+                StoreError::TimedOut(Box::new(error))
+            }
             error => StoreError::Database(Box::new(error)),
         }
     }
@@ -259,6 +270,41 @@ impl Store {
     /// [`Purged::full`] says whether another batch may find more.
     pub async fn purge_expired(&self, cutoff: DateTime<Utc>, limit: u32) -> StoreResult<Purged> {
         each_backend!(self, s => s.purge_expired(cutoff, limit).await)
+    }
+
+    /// Keeps the history's partitions (PostgreSQL: `pg/history.rs`): makes
+    /// those of the coming days, and drops the days wholly before `cutoff`
+    /// (`None`: keep everything), none of whose deliveries is owed. SQLite
+    /// keeps its history in one table each: nothing to do there.
+    pub async fn maintain_history(&self, cutoff: Option<DateTime<Utc>>) -> StoreResult<Maintained> {
+        match &self.backend {
+            Backend::Postgres(store) => store.maintain_history(cutoff).await,
+            Backend::Sqlite(_) => Ok(Maintained::default()),
+        }
+    }
+
+    /// Makes the history's partitions of the days from `first` to `last`
+    /// (PostgreSQL): for history the service does not make itself, such as
+    /// a benchmark's thirty days. SQLite has no partitions.
+    pub async fn partition_days(&self, first: chrono::NaiveDate, last: chrono::NaiveDate) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Postgres(store) => store.partition_days(first, last).await,
+            Backend::Sqlite(_) => Ok(()),
+        }
+    }
+
+    /// Converts the history tables of an installation that has history to
+    /// day partitions, online (PostgreSQL; `webhooks-api migrate
+    /// --partition-history`), saying each step through `say`. SQLite keeps
+    /// its history in one table each.
+    pub async fn partition_history(&self, say: &(dyn Fn(&str) + Sync)) -> StoreResult<()> {
+        match &self.backend {
+            Backend::Postgres(store) => store.partition_history(say).await,
+            Backend::Sqlite(_) => {
+                say("standalone mode keeps its history in one table each: nothing to convert");
+                Ok(())
+            }
+        }
     }
 
     // Endpoints.
@@ -451,6 +497,13 @@ impl Store {
         each_backend!(self, s => s.latest_recovery(endpoint_id).await)
     }
 
+    /// Stores the count of recovery `id`, started before it was counted:
+    /// its total and range (unless its first batch fixed one), and, when it
+    /// queues nothing, why; it is then done.
+    pub async fn count_recovery(&self, id: Uuid, counted: &Recoverable) -> StoreResult<()> {
+        each_backend!(self, s => s.count_recovery(id, counted).await)
+    }
+
     /// Takes up to `limit` running recoveries for `owner` (an API process)
     /// for `lease`: those it holds already, and those nobody holds or whose
     /// holder's lease lapsed (it stopped).
@@ -496,11 +549,10 @@ impl Store {
         each_backend!(self, s => s.record_attempts(records).await)
     }
 
-    /// Whether attempt `attempt` of `delivery_id` at `generation` (unknown:
-    /// `None`) should still be made: the delivery is at that generation, not
-    /// settled, and no attempt as new has been recorded.
-    pub async fn admission(&self, delivery_id: i64, generation: Option<i32>, attempt: i32) -> StoreResult<Admission> {
-        let question = StandingQuestion { delivery_id, generation, attempt };
+    /// Whether the attempt `question` asks of should still be made: the
+    /// delivery is at its generation, not settled, and no attempt as new
+    /// has been recorded.
+    pub async fn admission(&self, question: StandingQuestion) -> StoreResult<Admission> {
         let mut admissions = self.admissions(std::slice::from_ref(&question)).await?;
         Ok(admissions.pop().unwrap_or(Admission::Superseded))
     }

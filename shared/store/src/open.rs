@@ -14,28 +14,39 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 
-/// Opens a pool of at most `max_connections`. Connections are made lazily, so a
-/// database that is down at start only fails the requests that need it.
-pub fn pool(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+/// Opens a pool of at most `max_connections`, each statement of which the
+/// database cancels after `statement_timeout`. Connections are made lazily,
+/// so a database that is down at start only fails the requests that need
+/// it.
+pub fn pool(database_url: &str, max_connections: u32, statement_timeout: Duration) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
+    let timeout = format!("{}ms", statement_timeout.as_millis().max(1));
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(5))
         .idle_timeout(Duration::from_secs(300))
-        .connect_lazy_with(options.application_name("webhooks")))
+        .connect_lazy_with(options.application_name("webhooks").options([("statement_timeout", timeout)])))
 }
 
 /// Applies every pending migration; safe to run from several processes at once
 /// (sqlx takes an advisory lock). Migrations this binary does not know (a
 /// newer version applied them) are no error: during a rolling upgrade a
 /// process of the previous version must still (re)start, and migrations only
-/// add what older readers ignore.
+/// add what older readers ignore. A migration may take long on a large
+/// installation: it runs without the pool's statement timeout.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     // The migrations in `shared/store/migrations`, embedded in every binary.
     let mut migrator = sqlx::migrate!("./migrations");
     migrator.set_ignore_missing(true);
-    migrator.run(pool).await
+    let mut connection = pool.acquire().await?;
+    sqlx::Executor::execute(&mut *connection, "SET statement_timeout = 0").await?;
+    let migrated = migrator.run_direct(&mut *connection).await;
+    // Back to the pool's own, or the connection goes.
+    if sqlx::Executor::execute(&mut *connection, "RESET statement_timeout").await.is_err() {
+        connection.detach();
+    }
+    migrated
 }
 
 /// Opens the pool of `common`, applies migrations (retrying while PostgreSQL
@@ -43,7 +54,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// of the broker's queue.
 pub async fn distributed(common: &webhooks_config::CommonConfig) -> anyhow::Result<(Store, QueueStore)> {
     let url = common.database_url();
-    let pool = pool(url, common.database_max_connections).context("DATABASE_URL")?;
+    let pool = pool(url, common.database_max_connections, common.database_statement_timeout).context("DATABASE_URL")?;
     // A few seconds of retries cover a database that is starting; beyond
     // that the operator learns at once what is wrong and what to do (an
     // orchestrator restarts the process anyway).
@@ -53,7 +64,28 @@ pub async fn distributed(common: &webhooks_config::CommonConfig) -> anyhow::Resu
         .await
         .map_err(|error| unreachable(url, error))?;
     warn_without_autovacuum(&pool).await;
-    Ok(Store::postgres(PgStore::new(pool)))
+    take_the_database_clock(&pool).await;
+    let store = PgStore::new(pool);
+    store.prepare_history().await.context("prepare the history's partitions")?;
+    Ok(Store::postgres(store))
+}
+
+/// Takes the database's clock as this process's (DESIGN.md, "One clock")
+/// before anything is stamped; the process's heartbeat keeps it so.
+async fn take_the_database_clock(pool: &PgPool) {
+    let sent = std::time::Instant::now();
+    match sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>("SELECT clock_timestamp()").fetch_one(pool).await {
+        Ok(database_now) => {
+            let ahead = webhooks_model::time::set_reference(database_now, sent + sent.elapsed() / 2);
+            if ahead.num_seconds().abs() >= 1 {
+                tracing::warn!(
+                    ahead_ms = ahead.num_milliseconds(),
+                    "this host's clock is off the database's; the process keeps the database's time"
+                );
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot read the database's clock; using this host's until it answers"),
+    }
 }
 
 /// Warns when the server runs without autovacuum: the outbox and the

@@ -23,7 +23,7 @@ use crate::{
     sqlite::SqliteStore,
 };
 
-pub use pg::{OutboxItem, OutboxRow, Swept};
+pub use pg::{LostProcess, OutboxItem, OutboxRow, Presence, QueueMark, QueueProgress, Swept};
 
 /// The store's side of the queue of this deployment.
 #[derive(Debug, Clone)]
@@ -102,17 +102,32 @@ impl Outbox {
         self.0.release_set_aside(endpoint_id, batch).await
     }
 
-    /// Queues again up to `batch` deliveries of `lane` that are due before
+    /// Queues again up to `batch` deliveries of `lane` (`swept`: whose
+    /// latest message went to the swept queue) that are due before
     /// `watermark` and that no queue holds; fails those queued again `limit`
     /// times already without an attempt (see `pg/sweep.rs`).
     pub async fn sweep_stranded(
         &self,
         lane: Lane,
+        swept: bool,
         watermark: DateTime<Utc>,
         batch: i64,
         limit: i32,
     ) -> StoreResult<Swept> {
-        self.0.sweep_stranded(lane, watermark, batch, limit).await
+        self.0.sweep_stranded(lane, swept, watermark, batch, limit).await
+    }
+
+    /// Queues again, to the swept queue, up to `batch` first attempts of
+    /// `lane` of events made within `window` that are not attempted and
+    /// have no outbox row: a process that died may have lost their
+    /// messages. Returns how many.
+    pub async fn requeue_first_attempts(
+        &self,
+        lane: Lane,
+        window: (DateTime<Utc>, DateTime<Utc>),
+        batch: i64,
+    ) -> StoreResult<u64> {
+        self.0.requeue_first_attempts(lane, window, batch).await
     }
 
     /// Queues again up to `batch` deliveries set aside behind a hanging
@@ -134,15 +149,33 @@ impl Outbox {
         self.0.release_stalled_turns(after, batch).await
     }
 
-    /// How far each lane's consumers have got (see `pg/sweep.rs`).
-    pub async fn lane_watermarks(&self) -> StoreResult<Vec<(Lane, DateTime<Utc>)>> {
-        self.0.lane_watermarks().await
+    /// Says that this process is alive, and what it knows (see
+    /// `pg/processes.rs`); answers with the database's clock.
+    pub async fn seen(&self, presence: &Presence) -> StoreResult<DateTime<Utc>> {
+        self.0.process_seen(presence).await
     }
 
-    /// Moves lane watermarks forward: a dispatcher received messages that
-    /// entered these lanes at these times at the earliest.
-    pub async fn advance_watermarks(&self, received: &[(Lane, DateTime<Utc>)]) -> StoreResult<()> {
-        self.0.advance_watermarks(received).await
+    /// The processes not seen for `after`, oldest first.
+    pub async fn lost_processes(&self, after: Duration) -> StoreResult<Vec<LostProcess>> {
+        self.0.lost_processes(after).await
+    }
+
+    /// Forgets a lost process, and what it held.
+    pub async fn forget_process(&self, id: uuid::Uuid) -> StoreResult<()> {
+        self.0.forget_process(id).await
+    }
+
+    /// How far the work queues have got, holds counted for the processes
+    /// seen within `live`.
+    pub async fn queue_progress(&self, live: Duration) -> StoreResult<QueueProgress> {
+        self.0.queue_progress(live).await
+    }
+
+    /// Reads the history's layout again (another process made or dropped
+    /// a day's partitions, or converted the tables), and makes the coming
+    /// days' partitions should they be missing.
+    pub async fn keep_partitions(&self) -> StoreResult<()> {
+        self.0.maintain_history(None).await.map(|_| ())
     }
 
     /// Outbox rows waiting to be published.

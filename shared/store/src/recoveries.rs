@@ -11,7 +11,7 @@ use crate::{
     columns::{At, Id, optional},
 };
 
-/// What a recovery of a window would queue, counted before it starts.
+/// What a recovery of a window would queue, counted as it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Recoverable {
     /// The deliveries it would queue.
@@ -19,13 +19,32 @@ pub struct Recoverable {
     /// The first and the last event sequence among them: the range its
     /// batches walk. `None` when there is nothing to queue.
     pub sequences: Option<(i64, i64)>,
+    /// Deliveries of the window still owed (pending, retrying, or waiting
+    /// for their turn): a recovery leaves them be.
+    pub owed: u64,
 }
 
 impl Recoverable {
     /// From a count's row as both backends select it: the count, the first
-    /// and the last sequence.
-    pub(crate) fn from_row((count, first, last): (i64, Option<i64>, Option<i64>)) -> Recoverable {
-        Recoverable { count: u64::try_from(count).unwrap_or_default(), sequences: first.zip(last) }
+    /// and the last sequence, the deliveries still owed.
+    pub(crate) fn from_row((count, first, last, owed): (i64, Option<i64>, Option<i64>, i64)) -> Recoverable {
+        Recoverable {
+            count: u64::try_from(count).unwrap_or_default(),
+            sequences: first.zip(last),
+            owed: u64::try_from(owed).unwrap_or_default(),
+        }
+    }
+
+    /// Why a recovery of this count queues nothing, if it does not.
+    pub fn reason(&self) -> Option<String> {
+        let none = "no delivery of this window failed or is upcoming";
+        match (self.count, self.owed) {
+            (0, 0) => Some(none.to_owned()),
+            (0, owed) => Some(format!(
+                "{none}; {owed} of its deliveries are still pending or retrying, and go out on their own schedule"
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -36,23 +55,38 @@ pub struct NewRecovery {
     pub endpoint_id: String,
     pub developer_id: Uuid,
     pub window: RecoveryWindow,
-    /// What it was counted to queue, as answered, and where.
-    pub counted: Recoverable,
+    /// What it was counted to queue, and where: `None` while the count
+    /// goes on (it is stored once done, [`crate::Store::count_recovery`]).
+    pub counted: Option<Recoverable>,
     /// The key that asked for it.
     pub api_key_id: Option<Uuid>,
 }
 
 impl NewRecovery {
-    /// The deliveries it was counted to queue, as stored.
-    pub(crate) fn total(&self) -> i64 {
-        i64::try_from(self.counted.count).unwrap_or(i64::MAX)
+    /// The deliveries it was counted to queue, as stored (`None` while
+    /// counting).
+    pub(crate) fn total(&self) -> Option<i64> {
+        self.counted.map(|counted| counted.total())
     }
 
     /// The cursor and the end of its range as stored: just before the
     /// first sequence counted and the last one. Without them its first
     /// batch finds the range from the window.
     pub(crate) fn range(&self) -> (i64, Option<i64>) {
-        match self.counted.sequences {
+        self.counted.map_or((0, None), |counted| counted.range())
+    }
+}
+
+impl Recoverable {
+    /// The count as stored.
+    pub(crate) fn total(&self) -> i64 {
+        i64::try_from(self.count).unwrap_or(i64::MAX)
+    }
+
+    /// The cursor and the end of the range as stored (see
+    /// [`NewRecovery::range`]); `None` for the end when there is nothing.
+    pub(crate) fn range(&self) -> (i64, Option<i64>) {
+        match self.sequences {
             Some((first, last)) => (first.saturating_sub(1), Some(last)),
             None => (0, None),
         }
@@ -68,14 +102,17 @@ pub struct Recovery {
     pub window: RecoveryWindow,
     /// Still queueing.
     pub running: bool,
-    /// The deliveries it was counted to queue when it started.
-    pub total: i64,
+    /// The deliveries it was counted to queue; `None` while the count goes
+    /// on.
+    pub total: Option<i64>,
     /// The deliveries it queued so far.
     pub queued: i64,
     /// The last event sequence it went through.
     pub after_sequence: i64,
     /// Why the last batch failed, while it is retried.
     pub last_error: Option<String>,
+    /// Why it queued nothing, when it did not.
+    pub reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -99,9 +136,34 @@ pub struct RecoveryStep {
     pub done: bool,
 }
 
+/// The running recoveries free to take (`{free}`, the owner `$1`), at most
+/// `$3`, in turns across developers: every developer's oldest first, then
+/// every developer's second, so one developer's many recoveries never hold
+/// up another's.
+pub(crate) const TURNS: &str = "
+    SELECT id FROM (
+        SELECT id, created_at, row_number() OVER (PARTITION BY developer_id ORDER BY created_at) AS turn
+          FROM recoveries WHERE state = 'running' AND ({free})) r
+     ORDER BY turn, created_at LIMIT $3";
+
+/// Stores the count of recovery `$1`, made after it started: `$2` the
+/// deliveries it queues, its range (`$3` the cursor before it, `$4` its
+/// end) unless a batch fixed one already, and when it queues nothing, why
+/// (`$5`); then it is done (`$6`: now).
+pub(crate) const COUNTED: &str = "
+    UPDATE recoveries
+       SET total = $2,
+           after_sequence = CASE WHEN until_sequence IS NULL AND $4 IS NOT NULL THEN $3 ELSE after_sequence END,
+           until_sequence = coalesce(until_sequence, $4),
+           reason = $5,
+           state = CASE WHEN $2 = 0 THEN 'done' ELSE state END,
+           finished_at = CASE WHEN $2 = 0 AND state = 'running' THEN $6 ELSE finished_at END,
+           updated_at = $6
+     WHERE id = $1 AND total IS NULL";
+
 /// The columns of a recovery row that both backends select.
 pub(crate) const COLUMNS: &str = "id, endpoint_id, developer_id, since, until, state, total, queued, after_sequence, \
-                                  last_error, created_at, updated_at, finished_at";
+                                  last_error, reason, created_at, updated_at, finished_at";
 
 /// A recovery row as [`COLUMNS`] selects it, in either dialect.
 #[derive(sqlx::FromRow)]
@@ -116,6 +178,7 @@ pub(crate) struct RecoveryRow {
     queued: i64,
     after_sequence: i64,
     last_error: Option<String>,
+    reason: Option<String>,
     created_at: At,
     updated_at: At,
     finished_at: Option<At>,
@@ -129,10 +192,11 @@ impl From<RecoveryRow> for Recovery {
             developer_id: row.developer_id.0,
             window: RecoveryWindow { since: row.since.0, until: row.until.0 },
             running: row.state == "running",
-            total: row.total.unwrap_or_default(),
+            total: row.total,
             queued: row.queued,
             after_sequence: row.after_sequence,
             last_error: row.last_error,
+            reason: row.reason,
             created_at: row.created_at.0,
             updated_at: row.updated_at.0,
             finished_at: optional(row.finished_at),
@@ -151,7 +215,7 @@ mod tests {
             endpoint_id: "ep_1".into(),
             developer_id: Uuid::nil(),
             window: RecoveryWindow { since: at, until: at },
-            counted: Recoverable { count, sequences },
+            counted: Some(Recoverable { count, sequences, owed: 0 }),
             api_key_id: None,
         }
     }
@@ -163,6 +227,17 @@ mod tests {
         assert_eq!(counted(1, Some((1, 1))).range(), (0, Some(1)));
         // Without a range its first batch takes the window's.
         assert_eq!(counted(0, None).range(), (0, None));
-        assert_eq!(counted(u64::MAX, None).total(), i64::MAX);
+        assert_eq!(counted(u64::MAX, None).total(), Some(i64::MAX));
+        let counting = NewRecovery { counted: None, ..counted(0, None) };
+        assert_eq!((counting.total(), counting.range()), (None, (0, None)));
+    }
+
+    #[test]
+    fn a_count_of_nothing_says_why() {
+        let nothing = Recoverable::default();
+        assert!(nothing.reason().unwrap().contains("failed or is upcoming"));
+        let owed = Recoverable { owed: 12, ..Recoverable::default() };
+        assert!(owed.reason().unwrap().contains("12 of its deliveries are still pending or retrying"));
+        assert_eq!(Recoverable { count: 1, sequences: Some((1, 1)), owed: 3 }.reason(), None);
     }
 }

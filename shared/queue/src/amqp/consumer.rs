@@ -5,7 +5,7 @@
 //! the record committed first, then the ack, the retry or put-back published
 //! (confirmed) to the retry queue of its delay, or the dead letter.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
@@ -25,12 +25,13 @@ use webhooks_model::{Lane, RetryRoute};
 use webhooks_store::Parked;
 
 use super::{
-    Broker,
+    Broker, WorkQueue,
+    marks::Marks,
     settle::{Fate, Settler},
 };
 use crate::{
     Delivery, DeliveryMessage, Handler, Message, Outcome, PARK_LIMIT, Ticket, handlers::Handlers, message,
-    put_back_delay,
+    metrics::ClockMetrics, put_back_delay,
 };
 
 /// Longest wait for one broker reply (a confirm, a cancel, a close): a broker
@@ -105,8 +106,13 @@ impl AmqpTicket {
             Outcome::PutBack { message, delay, why } => self.put_back(&message, delay, why).await,
             Outcome::SetAside { message, delay } => {
                 let until = webhooks_model::time::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-                let aside =
-                    Parked { delivery_id: message.delivery_id, generation: message.generation, until, set_aside: true };
+                let aside = Parked {
+                    delivery_id: message.delivery_id,
+                    event_id: message.event_id.clone(),
+                    generation: message.generation,
+                    until,
+                    set_aside: true,
+                };
                 if self.session.broker.inner.parked.write(aside).await {
                     self.fate(Fate::Ack);
                     return "set_aside";
@@ -155,6 +161,7 @@ impl AmqpTicket {
             Ok(until) => {
                 let parked = Parked {
                     delivery_id: message.delivery_id,
+                    event_id: message.event_id.clone(),
                     generation: message.generation,
                     until,
                     set_aside: false,
@@ -246,10 +253,12 @@ pub(super) async fn session<H: Handler>(
     // Changes may have been missed while disconnected.
     handler.forget_endpoints();
 
-    let mut default = LaneConsumer::start(&connection, broker, &publisher, Lane::Default).await?;
-    let mut bulk = LaneConsumer::start(&connection, broker, &publisher, Lane::Bulk).await?;
+    let mut consumers = Vec::with_capacity(WorkQueue::ALL.len());
+    for queue in WorkQueue::ALL {
+        consumers.push(QueueConsumer::start(&connection, broker, &publisher, queue).await?);
+    }
     broker_up.send_replace(true);
-    tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), "dispatcher consuming");
+    tracing::info!(queue = %topology.deliveries(), bulk = %topology.work_queue(Lane::Bulk), swept = %topology.swept(), "dispatcher consuming");
 
     let concurrency = settings.concurrency;
     let slots = Arc::new(Semaphore::new(concurrency));
@@ -257,10 +266,18 @@ pub(super) async fn session<H: Handler>(
     // are always there for the default lane.
     let bulk_slots = Arc::new(Semaphore::new((concurrency * 3 / 4).max(1)));
     let handlers = Handlers::default();
-    let result = 'session: loop {
-        // A slot first, so a message is received only when it can run;
-        // lifecycle messages are taken meanwhile, whatever the deliveries do.
-        let slot = tokio::select! {
+    let marks = &broker.inner.marks;
+    let clock = &settings.clock;
+    let result = loop {
+        // What the broker pushes is taken at once into each queue's buffer
+        // (the prefetch window bounds it), so the dispatcher knows what
+        // waits unstarted; a message starts when a slot is free: the swept
+        // queue's first, then the default lane's, then the bulk lane's when
+        // it has a slot of its own. Lifecycle messages are taken meanwhile.
+        let urgent = consumers.iter().any(|c| c.queue != WorkQueue::Lane(Lane::Bulk) && !c.waiting.is_empty());
+        let bulk_waits = consumers.iter().any(|c| c.queue == WorkQueue::Lane(Lane::Bulk) && !c.waiting.is_empty());
+        let [swept, default, bulk] = &mut consumers[..] else { unreachable!("three work queues") };
+        let (slot, bulk_slot) = tokio::select! {
             biased;
             () = shutdown.cancelled() => break Ok(()),
             change = lifecycle.next() => match change {
@@ -268,60 +285,66 @@ pub(super) async fn session<H: Handler>(
                 Some(Err(error)) => break Err(anyhow::Error::new(error).context("lifecycle consumer")),
                 None => break Err(anyhow::anyhow!("lifecycle consumer closed")),
             },
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
+            next = swept.consumer.next() => match swept.take(next, marks, clock) {
+                Ok(()) => continue,
+                Err(error) => break Err(error),
+            },
+            next = default.consumer.next() => match default.take(next, marks, clock) {
+                Ok(()) => continue,
+                Err(error) => break Err(error),
+            },
+            next = bulk.consumer.next() => match bulk.take(next, marks, clock) {
+                Ok(()) => continue,
+                Err(error) => break Err(error),
+            },
+            slot = slots.clone().acquire_owned(), if urgent => match slot {
+                Ok(slot) => (slot, None),
                 Err(_) => break Ok(()),
             },
+            (slot, bulk_slot) = async { (slots.clone().acquire_owned().await, bulk_slots.clone().acquire_owned().await) },
+                if !urgent && bulk_waits => match (slot, bulk_slot) {
+                (Ok(slot), Ok(bulk_slot)) => (slot, Some(bulk_slot)),
+                _ => break Ok(()),
+            },
         };
-        // The default lane first; the bulk lane when it has a slot of its own.
-        let (next, bulk_slot, lane) = loop {
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break 'session Ok(()),
-                change = lifecycle.next() => match change {
-                    Some(Ok(message)) => changed(handler.as_ref(), &message.data),
-                    Some(Err(error)) => break 'session Err(anyhow::Error::new(error).context("lifecycle consumer")),
-                    None => break 'session Err(anyhow::anyhow!("lifecycle consumer closed")),
-                },
-                next = default.consumer.next() => break (next, None, Lane::Default),
-                (bulk_slot, next) = async { (bulk_slots.clone().acquire_owned().await, bulk.consumer.next().await) } => {
-                    break (next, bulk_slot.ok(), Lane::Bulk)
-                }
+        let Some(next) = consumers
+            .iter_mut()
+            .find(|c| !c.waiting.is_empty() && (bulk_slot.is_some() || c.queue != WorkQueue::Lane(Lane::Bulk)))
+        else {
+            continue;
+        };
+        let Some(waiting) = next.waiting.pop_front() else { continue };
+        let ticket = AmqpTicket::new(&waiting.delivery, next.session.clone());
+        match waiting.decoded {
+            Ok(Message::Delivery(message)) => {
+                marks.started(next.queue, message.enters_at);
+                let delivery = Delivery { message, ticket: Ticket::Broker(ticket) };
+                handlers.spawn(handler, delivery, (slot, bulk_slot));
             }
-        };
-        let session = match lane {
-            Lane::Default => &default.session,
-            Lane::Bulk => &bulk.session,
-        };
-        match next {
-            Some(Ok(delivery)) => {
-                let ticket = AmqpTicket::new(&delivery, session.clone());
-                match message::decode(&delivery.data) {
-                    Ok(Message::Delivery(message)) => {
-                        broker.inner.watermarks.received(lane, message.enters_at);
-                        let delivery = Delivery { message, ticket: Ticket::Broker(ticket) };
-                        handlers.spawn(handler, delivery, (slot, bulk_slot));
-                    }
-                    Ok(Message::EndpointChanged(_)) => {
-                        tracing::error!("an endpoint change on a work queue; dead-lettered");
-                        handler.refused();
-                        ticket.dead_letter(&delivery.data, "an endpoint change on a work queue").await;
-                    }
-                    Err(error) => {
-                        tracing::error!(%error, bytes = delivery.data.len(), "message refused; dead-lettered");
-                        handler.refused();
-                        ticket.dead_letter(&delivery.data, &error.to_string()).await;
-                    }
-                }
+            Ok(Message::EndpointChanged(_)) => {
+                tracing::error!("an endpoint change on a work queue; dead-lettered");
+                handler.refused();
+                ticket.dead_letter(&waiting.delivery.data, "an endpoint change on a work queue").await;
             }
-            Some(Err(error)) => break Err(anyhow::Error::new(error).context(format!("{} consumer", lane.as_str()))),
-            None => break Err(anyhow::anyhow!("{} consumer closed", lane.as_str())),
+            Err(error) => {
+                tracing::error!(%error, bytes = waiting.delivery.data.len(), "message refused; dead-lettered");
+                handler.refused();
+                ticket.dead_letter(&waiting.delivery.data, &error.to_string()).await;
+            }
         }
     };
+    // What waits unstarted goes back to the broker with the channel.
+    for consumer in &mut consumers {
+        for waiting in consumer.waiting.drain(..) {
+            if let Ok(Message::Delivery(message)) = waiting.decoded {
+                marks.returned(consumer.queue, message.enters_at);
+            }
+        }
+    }
 
     if result.is_ok() {
-        for lane in [&default, &bulk] {
-            let cancel = lane.channel.basic_cancel(lane.tag.clone(), BasicCancelOptions::default());
+        for consumer in &consumers {
+            let cancel = consumer.channel.basic_cancel(consumer.tag.clone(), BasicCancelOptions::default());
             let _ = tokio::time::timeout(BROKER_CALL_TIMEOUT, cancel).await;
         }
     }
@@ -332,10 +355,10 @@ pub(super) async fn session<H: Handler>(
     // Both lanes at once, each step within its bound, however the broker
     // answers.
     let (mut last_acks, mut open) = (Vec::new(), Vec::new());
-    for lane in [default, bulk] {
-        drop(lane.session);
-        last_acks.push(lane.settling);
-        open.push((lane.channel, lane.consumer));
+    for consumer in consumers {
+        drop(consumer.session);
+        last_acks.push(consumer.settling);
+        open.push((consumer.channel, consumer.consumer));
     }
     let _ = tokio::time::timeout(LAST_SETTLE_TIMEOUT, futures::future::join_all(last_acks)).await;
     let closes = open.iter().map(|(channel, _)| channel.close(200, "bye".into()));
@@ -348,41 +371,73 @@ pub(super) async fn session<H: Handler>(
 
 /// One work queue's consumer, on a channel of its own with its own settler.
 /// Delivery tags are numbered per channel, and a `multiple` ack covers every
-/// tag below it: with one consumer per channel, those are messages this
-/// consumer has handed over, in order, and never another lane's messages
-/// still waiting in the client's buffer for a slot.
-struct LaneConsumer {
+/// tag below it: with one consumer per channel, and its buffer started in
+/// the order the broker pushed it, those are messages this consumer has
+/// handed over, in order, and never one still waiting in its buffer or in
+/// another queue's.
+struct QueueConsumer {
+    queue: WorkQueue,
     channel: Channel,
     consumer: Consumer,
     tag: ShortString,
     session: Arc<Session>,
     settling: tokio::task::JoinHandle<()>,
+    /// What the broker pushed that no worker started yet, oldest first.
+    waiting: VecDeque<Waiting>,
 }
 
-impl LaneConsumer {
+/// A message in a consumer's buffer.
+struct Waiting {
+    delivery: lapin::message::Delivery,
+    decoded: Result<Message, message::DecodeError>,
+}
+
+impl QueueConsumer {
     async fn start(
         connection: &lapin::Connection,
         broker: &Broker,
         publisher: &Channel,
-        lane: Lane,
-    ) -> anyhow::Result<LaneConsumer> {
+        queue: WorkQueue,
+    ) -> anyhow::Result<QueueConsumer> {
         let prefetch = broker.inner.settings.prefetch;
         let channel =
-            connection.create_channel().await.with_context(|| format!("open the {} channel", lane.as_str()))?;
+            connection.create_channel().await.with_context(|| format!("open the {} channel", queue.as_str()))?;
         channel.basic_qos(prefetch, Default::default()).await.context("qos")?;
-        let tag: ShortString = format!("dispatcher-{}-{}", lane.as_str(), Uuid::new_v4()).into();
+        let tag: ShortString = format!("dispatcher-{}-{}", queue.as_str(), Uuid::new_v4()).into();
         let consumer = channel
             .basic_consume(
-                broker.inner.settings.topology.work_queue(lane).as_str().into(),
+                queue.name(&broker.inner.settings.topology).as_str().into(),
                 tag.clone(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
-            .with_context(|| format!("consume the {} lane", lane.as_str()))?;
+            .with_context(|| format!("consume the {} queue", queue.as_str()))?;
         let (settler, settling) = Settler::start(channel.clone(), prefetch);
         let session = Arc::new(Session { broker: broker.clone(), publisher: publisher.clone(), settler });
-        Ok(LaneConsumer { channel, consumer, tag, session, settling })
+        Ok(QueueConsumer { queue, channel, consumer, tag, session, settling, waiting: VecDeque::new() })
+    }
+
+    /// Takes what the broker pushed into the buffer; the consumer's end or
+    /// error ends the session.
+    fn take(
+        &mut self,
+        next: Option<lapin::Result<lapin::message::Delivery>>,
+        marks: &Marks,
+        clock: &ClockMetrics,
+    ) -> anyhow::Result<()> {
+        match next {
+            Some(Ok(delivery)) => {
+                let decoded = message::decode(&delivery.data);
+                if let Ok(Message::Delivery(message)) = &decoded {
+                    marks.held(self.queue, message.enters_at, clock);
+                }
+                self.waiting.push_back(Waiting { delivery, decoded });
+                Ok(())
+            }
+            Some(Err(error)) => Err(anyhow::Error::new(error).context(format!("{} consumer", self.queue.as_str()))),
+            None => Err(anyhow::anyhow!("{} consumer closed", self.queue.as_str())),
+        }
     }
 }
 

@@ -27,11 +27,15 @@ use webhooks_store::queue::Outbox;
 
 pub mod consumer;
 pub mod dead_letters;
+mod inflight;
+mod marks;
 mod parked;
+mod presence;
 pub mod relay;
 mod settle;
 pub mod sweeper;
-mod watermarks;
+
+pub use inflight::Pending;
 
 use std::sync::Arc;
 
@@ -58,6 +62,11 @@ pub struct BrokerSettings {
 /// late copy is dropped unsent.
 pub(crate) const PUBLISH_ALLOWANCE: Duration = Duration::from_secs(5);
 
+/// How far ahead of this process's clock a time another process stamped may
+/// be before it is counted and logged: more than stamps of processes on one
+/// clock can be apart (DESIGN.md, "One clock").
+pub(crate) const AHEAD_ALLOWED: chrono::Duration = chrono::Duration::seconds(5);
+
 /// Deliveries released per statement when an endpoint recovers.
 const RELEASE_BATCH: i64 = 1000;
 
@@ -73,26 +82,33 @@ struct Inner {
     settings: Settings,
     recorder: Recorder,
     parked: parked::ParkedWrites,
-    watermarks: watermarks::Watermarks,
+    marks: Arc<marks::Marks>,
 }
 
 impl Broker {
     pub(crate) fn new(outbox: Outbox, settings: Settings, recorder: Recorder, writers: &TaskTracker) -> Broker {
         let parked = parked::ParkedWrites::spawn(outbox.clone(), writers);
-        let watermarks = watermarks::Watermarks::default();
-        Broker { inner: Arc::new(Inner { outbox, settings, recorder, parked, watermarks }) }
+        let marks = Arc::default();
+        Broker { inner: Arc::new(Inner { outbox, settings, recorder, parked, marks }) }
     }
 
-    /// Broker sessions, one after the other, until `shutdown`.
+    /// Broker sessions, one after the other, until `shutdown`; the
+    /// dispatcher's heartbeat beside them.
     pub(crate) async fn consume<H: Handler>(
         &self,
         handler: Arc<H>,
         ready: watch::Sender<bool>,
         shutdown: CancellationToken,
     ) {
-        let flushing = watermarks::flush(&self.inner.watermarks, &self.inner.outbox, &shutdown);
+        let heartbeat = presence::Heartbeat {
+            outbox: self.inner.outbox.clone(),
+            id: uuid::Uuid::new_v4(),
+            reports: presence::Reports::Dispatcher(self.inner.marks.clone()),
+            clock: self.inner.settings.clock.clone(),
+        };
+        let beating = heartbeat.run(shutdown.clone());
         let consuming = reconnecting("dispatcher", &shutdown, || consumer::session(self, &handler, &ready, &shutdown));
-        tokio::join!(flushing, consuming);
+        tokio::join!(beating, consuming);
     }
 
     /// Queues again what was set aside behind `endpoint_id`: the endpoint
@@ -123,9 +139,10 @@ impl Broker {
     }
 }
 
-/// Starts the relay (and its listener) and the sweeper on `tasks`, and
-/// returns the handle ingest hands first attempts to.
-pub(crate) fn produce(
+/// Says the process is alive, starts the relay (and its listener), the
+/// heartbeat and the sweeper on `tasks`, and returns the handle ingest
+/// hands first attempts to.
+pub(crate) async fn produce(
     outbox: Outbox,
     settings: BrokerSettings,
     metrics: &QueueMetrics,
@@ -134,14 +151,21 @@ pub(crate) fn produce(
     shutdown: CancellationToken,
 ) -> relay::Publisher {
     let wake = Arc::new(Notify::new());
+    let inflight = Arc::new(inflight::Inflight::default());
     let (relay, publisher) = relay::Relay::new(
         outbox.clone(),
         settings.brokers.clone(),
         settings.topology.clone(),
         wake.clone(),
         metrics.relay.clone(),
-        settings.faults,
+        (settings.faults, inflight.clone()),
     );
+    let heartbeat = presence::Heartbeat {
+        outbox: outbox.clone(),
+        id: uuid::Uuid::new_v4(),
+        reports: presence::Reports::Api(inflight),
+        clock: metrics.clock.clone(),
+    };
     let sweeper = sweeper::Sweeper {
         outbox,
         brokers: settings.brokers,
@@ -150,7 +174,9 @@ pub(crate) fn produce(
         relay_wake: wake,
         metrics: metrics.sweep.clone(),
     };
+    heartbeat.first().await;
     tasks.spawn(relay.run(shutdown.clone()));
+    tasks.spawn(heartbeat.run(shutdown.clone()));
     tasks.spawn(sweeper.run(shutdown));
     publisher
 }
@@ -177,16 +203,62 @@ pub async fn declare(topology: &Topology, channel: &Channel) -> lapin::Result<()
     dead.insert("x-queue-type".into(), long_string("quorum"));
     channel.queue_declare(topology.dead().as_str().into(), durable, dead).await?;
 
-    for lane in [Lane::Default, Lane::Bulk] {
+    for queue in WorkQueue::ALL {
         let mut work = FieldTable::default();
         work.insert("x-queue-type".into(), long_string("quorum"));
         work.insert("x-dead-letter-exchange".into(), long_string(""));
         work.insert("x-dead-letter-routing-key".into(), long_string(&topology.dead()));
         work.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(DELIVERY_LIMIT));
-        channel.queue_declare(topology.work_queue(lane).as_str().into(), durable, work).await?;
-        declare_retries(topology, channel, lane).await?;
+        channel.queue_declare(queue.name(topology).as_str().into(), durable, work).await?;
+        if let Some(lane) = queue.lane() {
+            declare_retries(topology, channel, lane).await?;
+        }
     }
     Ok(())
+}
+
+/// A work queue dispatchers take delivery messages from: a lane's, or the
+/// swept queue, which they take first (DESIGN.md, "Knowing what is
+/// stranded").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkQueue {
+    Swept,
+    Lane(Lane),
+}
+
+impl WorkQueue {
+    /// Every work queue, in the order dispatchers prefer them.
+    pub const ALL: [WorkQueue; 3] = [WorkQueue::Swept, WorkQueue::Lane(Lane::Default), WorkQueue::Lane(Lane::Bulk)];
+
+    /// Its broker name in `topology`.
+    pub fn name(self, topology: &Topology) -> String {
+        match self {
+            WorkQueue::Swept => topology.swept(),
+            WorkQueue::Lane(lane) => topology.work_queue(lane),
+        }
+    }
+
+    /// The lane it is the work queue of, if any.
+    pub fn lane(self) -> Option<Lane> {
+        match self {
+            WorkQueue::Swept => None,
+            WorkQueue::Lane(lane) => Some(lane),
+        }
+    }
+
+    /// The name the store knows it by (`queue_marks.queue`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkQueue::Swept => "swept",
+            WorkQueue::Lane(lane) => lane.as_str(),
+        }
+    }
+
+    /// The work queue of a delivery: the swept queue when the sweeper
+    /// queued it again, else its lane's.
+    pub fn of(lane: Lane, swept: bool) -> WorkQueue {
+        if swept { WorkQueue::Swept } else { WorkQueue::Lane(lane) }
+    }
 }
 
 async fn declare_retries(topology: &Topology, channel: &Channel, lane: Lane) -> lapin::Result<()> {

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use webhooks_model::{Lane, Topology};
 use webhooks_store::queue::{Outbox, OutboxItem};
 
+use super::inflight::{Inflight, Pending};
 use crate::{DeliveryMessage, Message, message, metrics::RelayMetrics};
 
 /// Rows published per round.
@@ -52,6 +53,9 @@ struct Ready {
     lane: Lane,
     /// The message, serialised.
     payload: Vec<u8>,
+    /// Its event, on its way until every first attempt of it is confirmed
+    /// or in the outbox.
+    _pending: Arc<Pending>,
 }
 
 /// The ingest writer's handle on the relay.
@@ -60,6 +64,8 @@ pub struct Publisher {
     ready: mpsc::Sender<Vec<Ready>>,
     faults: crate::Faults,
     broker_up: watch::Receiver<bool>,
+    /// The events whose first attempts are on their way.
+    inflight: Arc<Inflight>,
     /// Where what the relay cannot take goes.
     unpublished: Unpublished,
 }
@@ -70,6 +76,11 @@ pub struct Publisher {
 struct Unpublished {
     outbox: Outbox,
     wake: Arc<Notify>,
+    /// First attempts that could not be written to the outbox either: their
+    /// events stay on their way (this process's `confirmed_through` stays
+    /// before them), so should the process die, the sweeper queues them
+    /// again ahead of any backlog; alive, it finds them by the watermarks.
+    lost: Arc<std::sync::Mutex<Vec<Ready>>>,
 }
 
 impl Unpublished {
@@ -86,11 +97,15 @@ impl Unpublished {
                 tracing::info!(count = deliveries.len(), "unpublished first attempts written to the outbox");
                 self.wake.notify_one();
             }
-            Err(error) => tracing::warn!(
-                %error,
-                count = deliveries.len(),
-                "unpublished first attempts not written to the outbox; the sweeper will queue them again"
-            ),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    count = deliveries.len(),
+                    "unpublished first attempts not written to the outbox; the sweeper will queue them again"
+                );
+                let mut lost = self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                lost.extend(unpublished.into_iter().map(|m| Ready { payload: Vec::new(), ..m }));
+            }
         }
     }
 }
@@ -106,21 +121,40 @@ impl Publisher {
         self.unpublished.wake.notify_one();
     }
 
-    /// Hands committed first attempts over; when the relay cannot take them
-    /// (the broker is down, the relay is stopping or holds too many
-    /// already), writes them to the outbox.
-    pub(crate) async fn hand_over(&self, first_attempts: Vec<DeliveryMessage>) {
-        if first_attempts.is_empty() || self.faults.losing_first_attempts() {
+    /// An event stamped `created_at` is about to be stored: its first
+    /// attempts are on their way until the returned token, handed over with
+    /// them, is dropped.
+    pub(crate) fn pending(&self, created_at: chrono::DateTime<chrono::Utc>) -> Arc<Pending> {
+        Arc::new(self.inflight.enter(created_at))
+    }
+
+    /// Hands committed first attempts over, each with its event's token;
+    /// when the relay cannot take them (the broker is down, the relay is
+    /// stopping or holds too many already), writes them to the outbox.
+    pub(crate) async fn hand_over(&self, first_attempts: Vec<(DeliveryMessage, Arc<Pending>)>) {
+        if first_attempts.is_empty() {
+            return;
+        }
+        if self.faults.losing_first_attempts() {
+            // As a process killed now: what it had on its way stays so.
+            let lost = first_attempts.into_iter().map(|(m, pending)| Ready {
+                delivery_id: m.delivery_id,
+                lane: m.lane,
+                payload: Vec::new(),
+                _pending: pending,
+            });
+            self.unpublished.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(lost);
             return;
         }
         // Published from now on: they enter their lanes now at the earliest.
         let now = webhooks_model::time::now();
         let batch: Vec<Ready> = first_attempts
-            .iter()
-            .map(|m| Ready {
+            .into_iter()
+            .map(|(m, pending)| Ready {
                 delivery_id: m.delivery_id,
                 lane: m.lane,
                 payload: message::encode_delivery(&m.entering_at(now)),
+                _pending: pending,
             })
             .collect();
         if !self.broker_up() {
@@ -170,11 +204,11 @@ impl Relay {
         topology: Topology,
         wake: Arc<Notify>,
         metrics: Arc<RelayMetrics>,
-        faults: crate::Faults,
+        (faults, inflight): (crate::Faults, Arc<Inflight>),
     ) -> (Relay, Publisher) {
         let (broker_up, broker_up_rx) = watch::channel(false);
         let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
-        let unpublished = Unpublished { outbox: outbox.clone(), wake: wake.clone() };
+        let unpublished = Unpublished { outbox: outbox.clone(), wake: wake.clone(), lost: Arc::default() };
         let relay = Relay {
             outbox,
             brokers,
@@ -185,7 +219,7 @@ impl Relay {
             ready: Mutex::new(ready),
             unpublished: unpublished.clone(),
         };
-        (relay, Publisher { ready: ready_tx, faults, broker_up: broker_up_rx, unpublished })
+        (relay, Publisher { ready: ready_tx, faults, broker_up: broker_up_rx, inflight, unpublished })
     }
 
     /// Runs until `shutdown`; then publishes what is already committed, within
@@ -376,9 +410,10 @@ impl Relay {
         let mut confirms = Vec::with_capacity(rows.len());
         for row in rows {
             let (exchange, routing_key, payload) = match row.item {
-                OutboxItem::Delivery(due) => {
+                OutboxItem::Delivery(due, swept) => {
                     let message = DeliveryMessage::from(due).entering_at(claimed_at);
-                    (String::new(), self.topology.work_queue(message.lane), message::encode_delivery(&message))
+                    let queue = super::WorkQueue::of(message.lane, swept).name(&self.topology);
+                    (String::new(), queue, message::encode_delivery(&message))
                 }
                 OutboxItem::Change(change) => {
                     (self.topology.lifecycle(), String::new(), message::encode(&Message::EndpointChanged(change)))

@@ -2,21 +2,25 @@
 //! are due and that no queue holds, whatever the queues hold besides
 //! (DESIGN.md, "Knowing what is stranded").
 //!
-//! Every second it observes how far each lane has got: the watermark the
-//! dispatchers wrote (the latest `enters_at` they received), or now when the
-//! lane's work queue has no message ready. Every [`SWEEP_EVERY`] (or half
-//! `SWEEP_INTERVAL`, if shorter) it sweeps each lane up to the watermark it
-//! observed at least [`SweepSettings::in_flight`] ago, so an attempt under
-//! way then has settled: a delivery due before that watermark, with no
-//! outbox row, is in no queue. A stranded delivery is so queued again within
-//! a second, the in-flight margin, [`PUBLISH_ALLOWANCE`](super::PUBLISH_ALLOWANCE)
-//! and a sweep period of becoming stranded: `DELIVERY_TIMEOUT` plus 14 s, less
-//! than two `SWEEP_INTERVAL`s (at least 10 s, and 5 s longer than
-//! `DELIVERY_TIMEOUT`). Each batch is one statement with `SKIP LOCKED`, so any
-//! number of API processes sweep side by side. The same rounds queue again
-//! set-aside deliveries that are due; every half `SWEEP_INTERVAL` the sweeper
-//! also walks the stalled turns of ordered endpoints and refreshes the queue's
-//! gauges.
+//! Every second it observes how far each work queue has got, on the
+//! database's clock: the latest `enters_at` a dispatcher's worker started
+//! there, or the database's now when the queue has no message ready; never
+//! past what a live dispatcher still holds unstarted in its buffer. Every
+//! [`SWEEP_EVERY`] (or half `SWEEP_INTERVAL`, if shorter) it sweeps each
+//! queue up to the watermark it observed at least [`SweepSettings::in_flight`]
+//! ago, so an attempt under way then has settled: a delivery due before that
+//! watermark, with no outbox row, is in no queue. A stranded delivery is so
+//! queued again within a second, the in-flight margin,
+//! [`PUBLISH_ALLOWANCE`](super::PUBLISH_ALLOWANCE) and a sweep period of
+//! becoming stranded: `DELIVERY_TIMEOUT` plus 14 s, less than two
+//! `SWEEP_INTERVAL`s (at least 10 s, and 5 s longer than `DELIVERY_TIMEOUT`).
+//! The same rounds queue again the first attempts an API process lost
+//! ahead of a backlog when it died (see [`LOST_AFTER`]). What is queued again
+//! goes to the swept queue, which dispatchers take first. Each batch is one
+//! statement with `SKIP LOCKED`, so any number of API processes sweep side by
+//! side. The same rounds queue again set-aside deliveries that are due; every
+//! half `SWEEP_INTERVAL` the sweeper also walks the stalled turns of ordered
+//! endpoints and refreshes the queue's gauges.
 
 use std::{collections::VecDeque, sync::Arc, time::Duration};
 
@@ -25,8 +29,9 @@ use lapin::{Channel, Connection, options::QueueDeclareOptions};
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 use webhooks_model::{Lane, Topology};
-use webhooks_store::queue::{Outbox, Swept};
+use webhooks_store::queue::{LostProcess, Outbox, Swept};
 
+use super::WorkQueue;
 use crate::metrics::SweepMetrics;
 
 /// Batches per sweep of a lane at most; the rest waits for the next round.
@@ -39,6 +44,13 @@ const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Stranded deliveries counted at most for the gauge.
 const COUNT_AT_MOST: i64 = 1_000_000;
+/// A process not seen for this long is taken for lost: ten of its
+/// heartbeats missed.
+pub const LOST_AFTER: Duration = Duration::from_secs(10);
+/// A lost process's first attempts are queued again only this far past the
+/// watermark of their lane: a message started in the last heartbeats is in
+/// no watermark yet, and must not be sent beside its copy.
+const PAST_THE_WATERMARK: chrono::Duration = chrono::Duration::seconds(5);
 
 /// How the sweeper runs.
 #[derive(Debug, Clone, Copy)]
@@ -70,22 +82,30 @@ impl std::fmt::Debug for Sweeper {
     }
 }
 
-/// How far each lane had got at a moment.
+/// How far each work queue had got at a moment.
 #[derive(Debug, Clone, Copy)]
 struct Observation {
     at: Instant,
-    default: Option<DateTime<Utc>>,
-    bulk: Option<DateTime<Utc>>,
+    /// The watermark of each queue of [`WorkQueue::ALL`], on the database's
+    /// clock.
+    marks: [Option<DateTime<Utc>>; 3],
 }
 
 impl Observation {
-    /// What is due before this is in no queue of `lane`.
-    fn stranded_before(&self, lane: Lane) -> Option<DateTime<Utc>> {
-        let mark = match lane {
-            Lane::Default => self.default,
-            Lane::Bulk => self.bulk,
-        };
-        Some(mark? - chrono::Duration::from_std(super::PUBLISH_ALLOWANCE).unwrap_or_default())
+    fn mark(&self, queue: WorkQueue) -> Option<DateTime<Utc>> {
+        let index = WorkQueue::ALL.iter().position(|q| *q == queue)?;
+        self.marks[index]
+    }
+
+    /// What is due before this is in no queue of `lane` (`swept`: in the
+    /// swept queue, or in the lane's where a relay of the release before
+    /// put it).
+    fn stranded_before(&self, lane: Lane, swept: bool) -> Option<DateTime<Utc>> {
+        let mut mark = self.mark(WorkQueue::Lane(lane))?;
+        if swept {
+            mark = mark.min(self.mark(WorkQueue::Swept)?);
+        }
+        Some(mark - chrono::Duration::from_std(super::PUBLISH_ALLOWANCE).unwrap_or_default())
     }
 }
 
@@ -109,7 +129,7 @@ impl Sweeper {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(OBSERVE_EVERY) => {}
             }
-            let observed = self.observe(&mut probe).await;
+            let Some(observed) = self.observe(&mut probe).await else { continue };
             observations.push_back(observed);
             // Keep what the next sweep can use: everything younger than the
             // in-flight margin, and the youngest older one.
@@ -122,7 +142,7 @@ impl Sweeper {
             next_sweep = Instant::now() + sweep_every;
             let settled = observations.front().filter(|o| o.at.elapsed() >= self.settings.in_flight).copied();
             let turns = Instant::now() >= next_turns;
-            self.round(settled, turns.then_some(&mut turns_after)).await;
+            self.round(settled, &observed, turns.then_some(&mut turns_after)).await;
             if turns {
                 next_turns = Instant::now() + self.settings.interval / 2;
                 self.gauges(settled, probe.as_ref()).await;
@@ -133,42 +153,45 @@ impl Sweeper {
         }
     }
 
-    /// How far each lane has got now.
-    async fn observe(&self, probe: &mut Option<Probe>) -> Observation {
+    /// How far each work queue has got now; `None` when the store cannot
+    /// say.
+    async fn observe(&self, probe: &mut Option<Probe>) -> Option<Observation> {
         let at = Instant::now();
-        let now = webhooks_model::time::now();
-        let mut observation = Observation { at, default: None, bulk: None };
-        match self.outbox.lane_watermarks().await {
-            Ok(marks) => {
-                for (lane, mark) in marks {
-                    match lane {
-                        Lane::Default => observation.default = Some(mark),
-                        Lane::Bulk => observation.bulk = Some(mark),
-                    }
-                }
+        let progress = match self.outbox.queue_progress(LOST_AFTER).await {
+            Ok(progress) => progress,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read how far the work queues have got");
+                return None;
             }
-            Err(error) => tracing::debug!(%error, "cannot read the lane watermarks"),
-        }
-        // A lane with no message ready has handed out everything that
-        // entered it before now.
-        for lane in [Lane::Default, Lane::Bulk] {
-            match self.ready(probe, &self.topology.work_queue(lane)).await {
-                Ok(0) => {
-                    let mark = match lane {
-                        Lane::Default => &mut observation.default,
-                        Lane::Bulk => &mut observation.bulk,
-                    };
-                    *mark = Some(mark.map_or(now, |m| m.max(now)));
-                }
+        };
+        let mut marks = [None; 3];
+        for (index, queue) in WorkQueue::ALL.into_iter().enumerate() {
+            let of = |list: &[(String, DateTime<Utc>)]| {
+                list.iter().find(|(name, _)| name == queue.as_str()).map(|(_, at)| *at)
+            };
+            let mut mark = of(&progress.started);
+            // A queue with no message ready has handed out everything that
+            // entered it before now.
+            match self.ready(probe, &queue.name(&self.topology)).await {
+                Ok(0) => mark = Some(progress.now),
                 Ok(_) => {}
                 Err(error) => {
                     tracing::debug!(error = format!("{error:#}"), "cannot see the work queues");
                     *probe = None;
-                    break;
+                    return None;
                 }
             }
+            // Not past what a dispatcher holds unstarted, nor past now.
+            if let Some(holding) = of(&progress.holding) {
+                mark = mark.map(|m| m.min(holding));
+            }
+            marks[index] = mark.map(|m| m.min(progress.now));
+            if let Some(mark) = marks[index] {
+                let offset = (mark - progress.now).num_milliseconds() as f64 / 1000.0;
+                self.metrics.watermark_offset(queue.as_str()).set(offset);
+            }
         }
-        observation
+        Some(Observation { at, marks })
     }
 
     /// Messages ready in `queue`.
@@ -183,21 +206,33 @@ impl Sweeper {
         Ok(channel.queue_declare(queue.into(), passive, Default::default()).await?.message_count())
     }
 
-    /// One round: set-aside deliveries that are due, each lane's stranded
-    /// ones by `settled`, then, with `turns_after`, the stalled turns.
-    async fn round(&self, settled: Option<Observation>, turns_after: Option<&mut Option<String>>) {
+    /// One round: set-aside deliveries that are due, each queue's stranded
+    /// ones by `settled`, the first attempts of lost processes ahead of the
+    /// watermarks `now` observed, then, with `turns_after`, the stalled
+    /// turns.
+    async fn round(&self, settled: Option<Observation>, now: &Observation, turns_after: Option<&mut Option<String>>) {
         let batch = self.settings.batch;
         tracing::debug!(?settled, "sweep round");
         let mut total = self.repeat(|| self.outbox.sweep_set_aside(batch)).await;
         for lane in [Lane::Default, Lane::Bulk] {
-            let Some(watermark) = settled.and_then(|o| o.stranded_before(lane)) else { continue };
-            let swept = self.repeat(|| self.outbox.sweep_stranded(lane, watermark, batch, SWEEP_LIMIT)).await;
-            if swept.queued > 0 {
-                tracing::warn!(queued = swept.queued, lane = lane.as_str(), "stranded deliveries queued again");
+            for swept in [false, true] {
+                let Some(watermark) = settled.and_then(|o| o.stranded_before(lane, swept)) else { continue };
+                let found =
+                    self.repeat(|| self.outbox.sweep_stranded(lane, swept, watermark, batch, SWEEP_LIMIT)).await;
+                if found.queued > 0 {
+                    tracing::warn!(
+                        queued = found.queued,
+                        lane = lane.as_str(),
+                        swept,
+                        "stranded deliveries queued again"
+                    );
+                }
+                total.queued += found.queued;
+                total.failed += found.failed;
             }
-            total.queued += swept.queued;
-            total.failed += swept.failed;
         }
+        let lost = self.lost_first_attempts(now).await;
+        total.queued += lost;
         if total.returned > 0 {
             tracing::info!(returned = total.returned, "deliveries set aside behind hanging endpoints queued again");
         }
@@ -216,11 +251,82 @@ impl Sweeper {
             self.relay_wake.notify_one();
         }
         let metrics = &self.metrics;
-        metrics.swept("stranded").inc_by(total.queued);
+        metrics.swept("stranded").inc_by(total.queued - lost);
+        metrics.swept("lost_process").inc_by(lost);
         metrics.swept("set_aside").inc_by(total.returned);
         metrics.swept("failed").inc_by(total.failed);
         metrics.swept("turn_released").inc_by(released);
         metrics.rounds.inc();
+    }
+
+    /// Queues again the first attempts that processes lost when they died
+    /// (not seen for [`LOST_AFTER`]): those of events between what the
+    /// process had confirmed and when it was last seen, not yet attempted,
+    /// with no outbox row, and still ahead of their lane's watermark (those
+    /// behind it are the ordinary sweep's). Then forgets the process.
+    /// Returns how many it queued again.
+    async fn lost_first_attempts(&self, now: &Observation) -> u64 {
+        let lost = match self.outbox.lost_processes(LOST_AFTER).await {
+            Ok(lost) => lost,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read the processes");
+                return 0;
+            }
+        };
+        let mut queued = 0;
+        for process in lost {
+            match self.requeue_lost(&process, now).await {
+                Ok(n) => {
+                    queued += n;
+                    tracing::warn!(
+                        process = %process.id,
+                        kind = process.kind,
+                        last_seen = %process.seen_at,
+                        queued = n,
+                        "a process stopped saying it is alive; its first attempts that may be in no queue were queued again"
+                    );
+                    if let Err(error) = self.outbox.forget_process(process.id).await {
+                        tracing::debug!(%error, "cannot forget a lost process; next round");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "cannot queue a lost process's first attempts; next round"
+                    );
+                    self.metrics.round_errors.inc();
+                }
+            }
+        }
+        queued
+    }
+
+    async fn requeue_lost(&self, process: &LostProcess, now: &Observation) -> webhooks_store::StoreResult<u64> {
+        // A dispatcher publishes nothing a sweep must find: its retries are
+        // recorded only once confirmed, its put-backs go back to the queue.
+        let Some(confirmed) = process.confirmed_through else { return Ok(0) };
+        let allowance = chrono::Duration::from_std(super::PUBLISH_ALLOWANCE).unwrap_or_default();
+        let until =
+            process.seen_at + chrono::Duration::from_std(super::presence::EVERY).unwrap_or_default() + allowance;
+        let mut queued = 0;
+        for lane in [Lane::Default, Lane::Bulk] {
+            let mut from = confirmed - allowance;
+            if let Some(mark) = now.mark(WorkQueue::Lane(lane)) {
+                from = from.max(mark + PAST_THE_WATERMARK);
+            }
+            if from >= until {
+                continue;
+            }
+            let batch = self.settings.batch;
+            loop {
+                let n = self.outbox.requeue_first_attempts(lane, (from, until), batch).await?;
+                queued += n;
+                if n < batch.unsigned_abs() {
+                    break;
+                }
+            }
+        }
+        Ok(queued)
     }
 
     /// Runs one sweep statement batch after batch until one comes back short
@@ -278,7 +384,7 @@ impl Sweeper {
     /// The gauges of what waits unseen.
     async fn gauges(&self, settled: Option<Observation>, probe: Option<&Probe>) {
         for lane in [Lane::Default, Lane::Bulk] {
-            let stranded = match settled.and_then(|o| o.stranded_before(lane)) {
+            let stranded = match settled.and_then(|o| o.stranded_before(lane, false)) {
                 Some(watermark) => self.outbox.count_stranded(lane, watermark, COUNT_AT_MOST).await.unwrap_or(0),
                 None => 0,
             };

@@ -25,7 +25,7 @@ impl PgStore {
              VALUES ($1, $2, $3, $4, $5, $6, 'Active', $7, $8, $9, $9)
              RETURNING {COLUMNS}"
         ))
-        .bind(Uuid::now_v7())
+        .bind(webhooks_model::ids::new_v7())
         .bind(key.developer_id)
         .bind(&key.key_hash)
         .bind(<&str>::from(key.kind))

@@ -26,14 +26,18 @@ type LogRow = (
     DateTime<Utc>,
 );
 
+/// A delivery log entry `a` that failed, as the failure indexes have it
+/// (`history::FAILED`: the planner matches the two).
+pub(super) const FAILED_ATTEMPT: &str = "(a.error IS NOT NULL OR a.status IS NULL OR a.status < 200 OR a.status > 299)";
+
 /// How an outcome ranks among outcomes of one delivery: its generation, its
 /// attempt, then success.
 fn newest_first(record: &AttemptRecord) -> (Option<i32>, Option<i32>, bool) {
     (record.generation, record.log.as_ref().map(|l| l.attempt), record.state == DeliveryState::Succeeded)
 }
 
-/// The writes of a batch of outcomes, in one statement: the attempts' log
-/// entries, then each delivery's state. With `$17` true it writes only when
+/// The writes of a batch of outcomes whose deliveries `{deliveries}` holds,
+/// in one statement: the attempts' log entries, then each delivery's state. With `$17` true it writes only when
 /// no endpoint of the batch (`$16`) is ordered, and returns how many are:
 /// the common case is then one round trip, with no transaction around it.
 /// An ordered endpoint's settling must take its turn lock before it writes
@@ -49,25 +53,25 @@ const RECORD: &str = "
     ), logs AS (
         INSERT INTO delivery_attempts
                (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at,
-                error_detail)
+                error_detail, event_type)
         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::text[], $5::int4[], $6::int2[], $7::text[],
-                             $8::text[], $9::int4[], $10::timestamptz[], $18::text[])
+                             $8::text[], $9::int4[], $10::timestamptz[], $18::text[], $19::text[])
                AS l(id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at,
-                    error_detail)
-         WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = l.delivery_id)
+                    error_detail, event_type)
+         WHERE EXISTS (SELECT 1 FROM {deliveries} d WHERE d.id = l.delivery_id)
            AND NOT EXISTS (SELECT 1 FROM ordered)
         -- A batch whose commit the client did not hear of is recorded again
         -- one by one: its log entries are there already.
-        ON CONFLICT (id) DO NOTHING
+        ON CONFLICT DO NOTHING
         RETURNING 1
     ), states AS (
-        UPDATE deliveries d
+        UPDATE {deliveries} d
            SET state = u.state, next_attempt_at = u.next_attempt_at,
                attempts = d.attempts + (u.attempt IS NOT NULL)::int,
                last_attempt = coalesce(u.attempt, d.last_attempt),
                last_attempt_generation = CASE WHEN u.attempt IS NULL THEN d.last_attempt_generation
                                               ELSE d.generation END,
-               sweeps = 0, updated_at = now()
+               sweeps = 0, swept = false, updated_at = now()
           FROM unnest($11::int8[], $12::text[], $13::timestamptz[], $14::int4[], $15::int4[])
                AS u(id, state, next_attempt_at, attempt, generation)
          WHERE d.id = u.id AND d.state NOT IN ('cancelled', 'succeeded')
@@ -78,13 +82,14 @@ const RECORD: &str = "
     )
     SELECT count(*) FROM ordered";
 
-/// Whether each message still stands, and whether its endpoint is ordered.
+/// Whether each message still stands, and whether its endpoint is ordered;
+/// `{deliveries}` holds their deliveries.
 const ADMISSIONS: &str = "SELECT coalesce((q.generation IS NULL OR d.generation = q.generation)
                      AND d.state NOT IN ('succeeded', 'cancelled')
                      AND (d.last_attempt_generation <> d.generation OR q.attempt > d.last_attempt), false),
             coalesce(ep.ordering = 'ordered', false)
        FROM unnest($1::int8[], $2::int4[], $3::int4[]) WITH ORDINALITY AS q(id, generation, attempt, n)
-       LEFT JOIN deliveries d ON d.id = q.id
+       LEFT JOIN {deliveries} d ON d.id = q.id
        LEFT JOIN endpoints ep ON ep.id = d.endpoint_id
       ORDER BY q.n";
 
@@ -96,11 +101,6 @@ impl PgStore {
         let health = health::changes(records);
         let mut records: Vec<&AttemptRecord> = records.iter().collect();
         records.sort_by_key(|r| r.delivery_id);
-        let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
-            records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
-        let mut endpoints: Vec<&str> = records.iter().map(|r| r.endpoint_id.as_str()).collect();
-        endpoints.sort_unstable();
-        endpoints.dedup();
         // One outcome per delivery: of several in a batch (duplicates), the
         // newest, success first; one UPDATE may not apply two rows to one.
         records.dedup_by(|later, kept| {
@@ -112,8 +112,33 @@ impl PgStore {
             }
             true
         });
+        // One statement per table that holds the deliveries (a batch
+        // across midnight has two).
+        for (table, group) in self.by_deliveries_table(&records, |r| r.event_id.as_str()) {
+            let group: Vec<&AttemptRecord> = group.into_iter().map(|(_, record)| *record).collect();
+            self.record_in(&table, &group).await?;
+        }
+        // Health is written after the commit, one endpoint per statement:
+        // each statement locks one health row, so concurrent dispatchers
+        // never wait on each other in a cycle, and a healthy endpoint's row
+        // is not locked at all (see `record_health`). A failure here loses
+        // a health update, never a delivery outcome.
+        if let Err(error) = self.record_health(&health).await {
+            tracing::warn!(%error, "could not update endpoint health");
+        }
+        Ok(())
+    }
+
+    /// Records `records` (one per delivery), whose deliveries `table` holds.
+    async fn record_in(&self, table: &str, records: &[&AttemptRecord]) -> StoreResult<()> {
+        let logs: Vec<(&AttemptRecord, &DeliveryLog)> =
+            records.iter().filter_map(|r| r.log.as_ref().map(|l| (*r, l))).collect();
+        let mut endpoints: Vec<&str> = records.iter().map(|r| r.endpoint_id.as_str()).collect();
+        endpoints.sort_unstable();
+        endpoints.dedup();
+        let statement = RECORD.replace("{deliveries}", table);
         let record = |unless_ordered: bool| {
-            sqlx::query_scalar::<_, i64>(RECORD)
+            sqlx::query_scalar::<_, i64>(&statement)
                 .bind(logs.iter().map(|(_, l)| l.id).collect::<Vec<_>>())
                 .bind(logs.iter().map(|(r, _)| r.delivery_id).collect::<Vec<_>>())
                 .bind(logs.iter().map(|(r, _)| r.endpoint_id.as_str()).collect::<Vec<_>>())
@@ -132,6 +157,7 @@ impl PgStore {
                 .bind(endpoints.clone())
                 .bind(unless_ordered)
                 .bind(logs.iter().map(|(_, l)| l.error_detail.as_deref()).collect::<Vec<_>>())
+                .bind(logs.iter().map(|(_, l)| l.event_type.as_deref()).collect::<Vec<_>>())
         };
         let ordered_in_batch = record(true).fetch_one(&self.pool).await?;
         if ordered_in_batch > 0 {
@@ -154,37 +180,32 @@ impl PgStore {
             }
             tx.commit().await?;
         }
-        // Health is written after the commit, one endpoint per statement:
-        // each statement locks one health row, so concurrent dispatchers
-        // never wait on each other in a cycle, and a healthy endpoint's row
-        // is not locked at all (see `record_health`). A failure here loses
-        // a health update, never a delivery outcome.
-        if let Err(error) = self.record_health(&health).await {
-            tracing::warn!(%error, "could not update endpoint health");
-        }
         Ok(())
     }
 
     pub(crate) async fn defer_parked(&self, parked: &[Parked]) -> StoreResult<()> {
-        let ids: Vec<i64> = parked.iter().map(|p| p.delivery_id).collect();
-        let generations: Vec<Option<i32>> = parked.iter().map(|p| p.generation).collect();
-        let untils: Vec<DateTime<Utc>> = parked.iter().map(|p| p.until).collect();
-        let set_aside: Vec<bool> = parked.iter().map(|p| p.set_aside).collect();
-        // A set-aside delivery was seen by a dispatcher: the sweeps that
-        // found it stranded before count no more.
-        sqlx::query(
-            "UPDATE deliveries d SET next_attempt_at = u.until, set_aside = u.set_aside,
-                    sweeps = CASE WHEN u.set_aside THEN 0 ELSE d.sweeps END, updated_at = now()
-               FROM unnest($1::int8[], $2::int4[], $3::timestamptz[], $4::bool[]) AS u(id, generation, until, set_aside)
-              WHERE d.id = u.id AND (u.generation IS NULL OR d.generation = u.generation)
-                AND d.state IN ('pending', 'retrying')",
-        )
-        .bind(ids)
-        .bind(generations)
-        .bind(untils)
-        .bind(set_aside)
-        .execute(&self.pool)
-        .await?;
+        for (table, group) in self.by_deliveries_table(parked, |p| p.event_id.as_str()) {
+            let ids: Vec<i64> = group.iter().map(|(_, p)| p.delivery_id).collect();
+            let generations: Vec<Option<i32>> = group.iter().map(|(_, p)| p.generation).collect();
+            let untils: Vec<DateTime<Utc>> = group.iter().map(|(_, p)| p.until).collect();
+            let set_aside: Vec<bool> = group.iter().map(|(_, p)| p.set_aside).collect();
+            // A set-aside delivery was seen by a dispatcher: the sweeps that
+            // found it stranded before count no more.
+            sqlx::query(&format!(
+                "UPDATE {table} d SET next_attempt_at = u.until, set_aside = u.set_aside, swept = false,
+                        sweeps = CASE WHEN u.set_aside THEN 0 ELSE d.sweeps END, updated_at = now()
+                   FROM unnest($1::int8[], $2::int4[], $3::timestamptz[], $4::bool[])
+                        AS u(id, generation, until, set_aside)
+                  WHERE d.id = u.id AND (u.generation IS NULL OR d.generation = u.generation)
+                    AND d.state IN ('pending', 'retrying')"
+            ))
+            .bind(ids)
+            .bind(generations)
+            .bind(untils)
+            .bind(set_aside)
+            .execute(&self.pool)
+            .await?;
+        }
         Ok(())
     }
 
@@ -216,20 +237,24 @@ impl PgStore {
     }
 
     pub(crate) async fn admissions(&self, questions: &[StandingQuestion]) -> StoreResult<Vec<Admission>> {
-        let ids: Vec<i64> = questions.iter().map(|q| q.delivery_id).collect();
-        let generations: Vec<Option<i32>> = questions.iter().map(|q| q.generation).collect();
-        let attempts: Vec<i32> = questions.iter().map(|q| q.attempt).collect();
-        let answers = self
-            .held
-            .admissions
-            .fetch_all(&self.pool, || {
-                sqlx::query_as::<_, (bool, bool)>(ADMISSIONS).bind(&ids).bind(&generations).bind(&attempts)
-            })
-            .await?;
-        Ok(answers
-            .into_iter()
-            .map(|(current, ordered)| if current { Admission::Go { ordered } } else { Admission::Superseded })
-            .collect())
+        let mut admissions = vec![Admission::Superseded; questions.len()];
+        for (table, group) in self.by_deliveries_table(questions, |q| q.event_id.as_str()) {
+            let ids: Vec<i64> = group.iter().map(|(_, q)| q.delivery_id).collect();
+            let generations: Vec<Option<i32>> = group.iter().map(|(_, q)| q.generation).collect();
+            let attempts: Vec<i32> = group.iter().map(|(_, q)| q.attempt).collect();
+            let statement = ADMISSIONS.replace("{deliveries}", &table);
+            let answers = self
+                .held
+                .admissions
+                .fetch_all(&self.pool, || {
+                    sqlx::query_as::<_, (bool, bool)>(&statement).bind(&ids).bind(&generations).bind(&attempts)
+                })
+                .await?;
+            for ((index, _), (current, ordered)) in group.iter().zip(answers) {
+                admissions[*index] = if current { Admission::Go { ordered } } else { Admission::Superseded };
+            }
+        }
+        Ok(admissions)
     }
 
     pub(crate) async fn list_logs(
@@ -254,21 +279,43 @@ impl PgStore {
                 }
             }
         };
-        // The event type is read from the stored event (its body is the
-        // `Event` as delivered); the endpoint's own index orders the scan.
-        let rows: Vec<LogRow> = sqlx::query_as(
-            "SELECT a.id, a.event_id, e.body::jsonb ->> 'event_type', a.attempt, a.status, a.response_body, a.error,
-                    a.error_detail, a.duration_ms, a.created_at
-               FROM delivery_attempts a LEFT JOIN events e ON e.id = a.event_id
-              WHERE a.endpoint_id = $1 AND ($2::timestamptz IS NULL OR (a.created_at, a.id) < ($2, $3))
-                AND ($5::bool IS NULL
-                     OR coalesce(a.error IS NULL AND a.status BETWEEN 200 AND 299, false) = $5)
-                AND ($6::text IS NULL OR e.body::jsonb ->> 'event_type' = $6)
-                AND ($7::text IS NULL OR a.event_id = $7)
-                AND ($8::timestamptz IS NULL OR a.created_at >= $8)
-                AND ($9::timestamptz IS NULL OR a.created_at < $9)
+        // Each filter is a condition an index serves (`pg/history.rs`):
+        // written only when asked for, so the plan is made for the filters
+        // at hand. The type comes with each entry; entries from before it
+        // did take their event's.
+        let mut conditions = vec!["a.endpoint_id = $1"];
+        if cursor.is_some() {
+            conditions.push("(a.created_at, a.id) < ($2, $3)");
+        }
+        match filter.succeeded {
+            Some(true) => conditions.push("a.error IS NULL AND a.status BETWEEN 200 AND 299"),
+            Some(false) => conditions.push(FAILED_ATTEMPT),
+            None => {}
+        }
+        if filter.event_type.is_some() {
+            conditions.push("a.event_type = $6");
+        }
+        if filter.event_id.is_some() {
+            // By the delivery: its attempts are one index away.
+            conditions.push(
+                "a.delivery_id = (SELECT d.id FROM deliveries d WHERE d.event_id = $7 AND d.endpoint_id = $1)
+                 AND a.event_id = $7",
+            );
+        }
+        if filter.since.is_some() {
+            conditions.push("a.created_at >= $8");
+        }
+        if filter.until.is_some() {
+            conditions.push("a.created_at < $9");
+        }
+        let rows: Vec<LogRow> = sqlx::query_as(&format!(
+            "SELECT a.id, a.event_id, coalesce(a.event_type, (SELECT e.event_type FROM events e WHERE e.id = a.event_id)),
+                    a.attempt, a.status, a.response_body, a.error, a.error_detail, a.duration_ms, a.created_at
+               FROM delivery_attempts a
+              WHERE {conditions}
               ORDER BY a.created_at DESC, a.id DESC LIMIT $4",
-        )
+            conditions = conditions.join(" AND ")
+        ))
         // Planned with the actual cursor each time (see `list_events`).
         .persistent(false)
         .bind(endpoint_id)

@@ -14,9 +14,11 @@ use crate::{
 };
 use webhooks_model::{Category, EventEpoch};
 
-/// The unique index that makes a producer's `Idempotency-Key` name one event
-/// per developer; a violation means a concurrent twin won.
-const EVENT_IDEMPOTENCY_INDEX: &str = "events_idempotency_key";
+/// The unique indexes that make a producer's `Idempotency-Key` name one
+/// event per developer (the keys' own table, and the unpartitioned events
+/// table of an installation not yet converted); a violation means a
+/// concurrent twin won.
+const EVENT_IDEMPOTENCY_INDEXES: [&str; 2] = ["event_idempotency_pkey", "events_idempotency_key"];
 
 /// One batch of events and their deliveries, in one statement.
 const INGEST: &str = "WITH input AS (
@@ -40,6 +42,9 @@ const INGEST: &str = "WITH input AS (
          SELECT id, developer_id, n, category, head || n || tail, created_at, key, hash, event_type
            FROM numbered ORDER BY ord
          RETURNING id, sequence, body
+     ), keys AS (
+         INSERT INTO event_idempotency (developer_id, key, event_id, request_hash, created_at)
+         SELECT developer_id, key, id, hash, created_at FROM numbered WHERE key IS NOT NULL
      ), d AS (
          INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, next_attempt_at, event_sequence,
                                  lane)
@@ -144,7 +149,12 @@ impl PgStore {
             .await;
         let mut stored: std::collections::HashMap<String, Stored> = match stored {
             Ok(rows) => rows.into_iter().map(|row| (row.0.clone(), row)).collect(),
-            Err(error) if error.as_database_error().and_then(|e| e.constraint()) == Some(EVENT_IDEMPOTENCY_INDEX) => {
+            Err(error)
+                if error
+                    .as_database_error()
+                    .and_then(|e| e.constraint())
+                    .is_some_and(|name| EVENT_IDEMPOTENCY_INDEXES.contains(&name)) =>
+            {
                 return Err(StoreError::IdempotencyKeyTaken);
             }
             Err(error) => return Err(error.into()),
@@ -174,12 +184,20 @@ impl PgStore {
         developer_id: Uuid,
         idempotency_key: &str,
     ) -> StoreResult<Option<IdempotentEvent>> {
-        let found: Option<(Option<Vec<u8>>, String)> =
-            sqlx::query_as("SELECT request_hash, body FROM events WHERE developer_id = $1 AND idempotency_key = $2")
-                .bind(developer_id)
-                .bind(idempotency_key)
-                .fetch_optional(&self.pool)
-                .await?;
+        // Keys kept with their events (by the release before this one, until
+        // the history is partitioned, which copies them over) are read there.
+        let found: Option<(Option<Vec<u8>>, String)> = sqlx::query_as(
+            "SELECT k.request_hash, e.body FROM event_idempotency k JOIN events e ON e.id = k.event_id
+              WHERE k.developer_id = $1 AND k.key = $2
+             UNION ALL
+             SELECT request_hash, body FROM events WHERE NOT $3 AND developer_id = $1 AND idempotency_key = $2
+             LIMIT 1",
+        )
+        .bind(developer_id)
+        .bind(idempotency_key)
+        .bind(self.layout().partitioned)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(found.map(|(request_hash, body)| IdempotentEvent { request_hash: request_hash.unwrap_or_default(), body }))
     }
 
@@ -358,9 +376,13 @@ impl PgStore {
                  SELECT count(*) AS n, min(e.sequence) AS first, max(e.sequence) AS last FROM events e
                   WHERE $6 AND e.developer_id = $1 AND e.created_at < $7 AND {MEANT}
                     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = $2 AND d.event_id = e.id)
+             ), owed AS (
+                 SELECT count(*) AS n FROM deliveries d
+                  WHERE d.endpoint_id = $2 AND d.state IN ('pending', 'retrying', 'waiting')
+                    AND d.event_created_at >= $3 AND d.event_created_at < $4
              )
-             SELECT made.n + never.n, least(made.first, never.first), greatest(made.last, never.last)
-               FROM made, never"
+             SELECT made.n + never.n, least(made.first, never.first), greatest(made.last, never.last), owed.n
+               FROM made, never, owed"
         ))
         .bind(endpoint.developer_id)
         .bind(&endpoint.id)

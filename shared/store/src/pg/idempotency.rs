@@ -81,6 +81,24 @@ impl PgStore {
             .bind(seconds(IDEMPOTENCY_KEY_LIFETIME))
             .execute(&self.pool)
             .await?;
-        Ok(purged.rows_affected())
+        // Producers' keys (`POST /internal/events`) live as long, in small
+        // batches: a day of them may be millions.
+        let mut producers = 0;
+        loop {
+            let batch = sqlx::query(
+                "DELETE FROM event_idempotency WHERE (developer_id, key) IN (
+                     SELECT developer_id, key FROM event_idempotency
+                      WHERE created_at < now() - make_interval(secs => $1) LIMIT 10000)",
+            )
+            .bind(seconds(IDEMPOTENCY_KEY_LIFETIME))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            producers += batch;
+            if batch < 10_000 {
+                break;
+            }
+        }
+        Ok(purged.rows_affected() + producers)
     }
 }

@@ -9,10 +9,12 @@ mod endpoints;
 mod event_types;
 mod events;
 mod held;
+mod history;
 mod idempotency;
 mod outbox;
 mod pace;
 mod portal_sessions;
+mod processes;
 mod recoveries;
 mod retention;
 mod sealed_keys;
@@ -20,7 +22,9 @@ mod statistics;
 mod sweep;
 mod turns;
 
+pub use history::Maintained;
 pub use outbox::{OutboxItem, OutboxRow};
+pub use processes::{LostProcess, Presence, QueueMark, QueueProgress};
 pub use sweep::Swept;
 
 use sqlx::{PgPool, postgres::PgListener};
@@ -31,6 +35,13 @@ use super::StoreResult;
 /// The channel a dispatcher notifies when it writes outbox rows (a turn it
 /// released), so the relay in the API process publishes them at once.
 pub(crate) const OUTBOX_CHANNEL: &str = "webhooks_outbox";
+
+/// A fresh UUIDv7 on the database's clock, as SQL: the id of a log entry
+/// a statement writes itself (the delivery log's partitions are ranges of
+/// ids, by time).
+pub(crate) const NEW_V7: &str = "(lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+     || '7' || substr(md5(random()::text), 1, 3) || substr('89ab', floor(random() * 4)::int + 1, 1)
+     || substr(md5(random()::text), 1, 15))::uuid";
 
 /// PostgreSQL's code for a transaction aborted to break a deadlock.
 const DEADLOCK: &str = "40P01";
@@ -66,6 +77,10 @@ where
     }
 }
 
+/// Items grouped by the table that holds their deliveries, each with its
+/// index among them all.
+type ByTable<'a, T> = Vec<(std::borrow::Cow<'static, str>, Vec<(usize, &'a T)>)>;
+
 /// Cheap to clone: a handle on the pool.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -74,6 +89,8 @@ pub struct PgStore {
     written_successes: std::sync::Arc<crate::health::WrittenSuccesses>,
     /// The connections of the delivery path's batching tasks.
     held: std::sync::Arc<HeldConnections>,
+    /// How the history tables are laid out, as last read.
+    layout: std::sync::Arc<std::sync::RwLock<std::sync::Arc<history::Layout>>>,
 }
 
 /// A connection kept for each batching task on the path from an ingest to
@@ -89,7 +106,77 @@ struct HeldConnections {
 impl PgStore {
     /// A store over `pool`.
     pub fn new(pool: PgPool) -> PgStore {
-        PgStore { pool, written_successes: std::sync::Arc::default(), held: std::sync::Arc::default() }
+        PgStore {
+            pool,
+            written_successes: std::sync::Arc::default(),
+            held: std::sync::Arc::default(),
+            layout: std::sync::Arc::default(),
+        }
+    }
+
+    /// Partitions the history of a new installation, makes the partitions
+    /// of the days around today, and reads the layout (at a process's start).
+    pub(crate) async fn prepare_history(&self) -> StoreResult<()> {
+        let layout = history::prepare(&self.pool).await?;
+        self.set_layout(layout);
+        Ok(())
+    }
+
+    /// Reads the history's layout again: a day's partitions made or
+    /// dropped by another process, a conversion.
+    pub(crate) async fn refresh_layout(&self) -> StoreResult<()> {
+        let layout = history::Layout::read(&self.pool).await?;
+        self.set_layout(layout);
+        Ok(())
+    }
+
+    /// Keeps the partitions: makes the coming days', drops those wholly
+    /// before `cutoff` (see `history::maintain`).
+    pub(crate) async fn maintain_history(
+        &self,
+        cutoff: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> StoreResult<history::Maintained> {
+        let (layout, maintained) = history::maintain(&self.pool, cutoff).await?;
+        self.set_layout(layout);
+        Ok(maintained)
+    }
+
+    /// Makes the partitions of the days from `first` to `last`.
+    pub(crate) async fn partition_days(&self, first: chrono::NaiveDate, last: chrono::NaiveDate) -> StoreResult<()> {
+        let layout = history::make_days(&self.pool, first, last).await?;
+        self.set_layout(layout);
+        Ok(())
+    }
+
+    /// Converts an installation's history to partitions, online.
+    pub(crate) async fn partition_history(&self, say: &(dyn Fn(&str) + Sync)) -> StoreResult<()> {
+        history::convert(&self.pool, say).await?;
+        self.refresh_layout().await
+    }
+
+    fn set_layout(&self, layout: history::Layout) {
+        *self.layout.write().unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(layout);
+    }
+
+    /// The history's layout, as last read.
+    fn layout(&self) -> std::sync::Arc<history::Layout> {
+        self.layout.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// `items` grouped by the table that holds their deliveries (see
+    /// `history::Layout::deliveries_of`), each group in the order given,
+    /// with each item's index.
+    fn by_deliveries_table<'a, T>(&self, items: &'a [T], event_id: impl Fn(&T) -> &str) -> ByTable<'a, T> {
+        let layout = self.layout();
+        let mut groups: ByTable<'a, T> = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let table = layout.deliveries_of(event_id(item));
+            match groups.iter_mut().find(|(t, _)| *t == table) {
+                Some((_, group)) => group.push((index, item)),
+                None => groups.push((table, vec![(index, item)])),
+            }
+        }
+        groups
     }
 
     /// Wakes `wake` at each notification on [`OUTBOX_CHANNEL`], until

@@ -21,8 +21,9 @@ pub struct OutboxRow {
 /// What an outbox row announces.
 #[derive(Debug, Clone)]
 pub enum OutboxItem {
-    /// The next attempt of a delivery, as the delivery stands now.
-    Delivery(DueDelivery),
+    /// The next attempt of a delivery, as the delivery stands now; `true`
+    /// when it goes to the swept queue (the sweeper queued it again).
+    Delivery(DueDelivery, bool),
     /// An endpoint changed.
     Change(EndpointChanged),
     /// A message stored whole (rows written before the outbox named
@@ -43,6 +44,7 @@ struct Row {
     generation: Option<i32>,
     force: Option<bool>,
     attempt: Option<i32>,
+    swept: bool,
     event_id: Option<String>,
     endpoint_id: Option<String>,
     developer_id: Option<Uuid>,
@@ -98,7 +100,8 @@ impl Row {
                 event_created_at: self.event_created_at?,
             })
         })();
-        delivery.map_or(OutboxItem::Gone, OutboxItem::Delivery)
+        let swept = self.swept;
+        delivery.map_or(OutboxItem::Gone, |due| OutboxItem::Delivery(due, swept))
     }
 }
 
@@ -122,7 +125,7 @@ impl PgStore {
                                 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
                  RETURNING *)
              SELECT o.id, o.exchange, o.routing_key, o.payload, o.lane, o.delivery_id, o.generation, o.force,
-                    o.attempt, d.event_id, d.endpoint_id, e.developer_id, e.body, e.created_at AS event_created_at,
+                    o.attempt, o.swept, d.event_id, d.endpoint_id, e.developer_id, e.body, e.created_at AS event_created_at,
                     o.change_id, c.endpoint_id AS change_endpoint_id, c.developer_id AS change_developer_id,
                     c.change, c.api_key_id AS change_api_key_id, c.created_at AS change_at
                FROM claimed o

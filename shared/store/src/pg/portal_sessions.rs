@@ -25,7 +25,7 @@ impl PgStore {
              VALUES ($1, $2, $3, $4, $5, $6)
              RETURNING {COLUMNS}"
         ))
-        .bind(Uuid::now_v7())
+        .bind(webhooks_model::ids::new_v7())
         .bind(session.developer_id)
         .bind(&session.token_hash)
         .bind(&scopes)

@@ -8,7 +8,9 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::recoveries::{COLUMNS, RecoveryRow};
-use crate::{NewRecovery, Recovery, RecoveryStart, RecoveryStep, StoreError, StoreResult, events::RecoveryBatch};
+use crate::{
+    NewRecovery, Recoverable, Recovery, RecoveryStart, RecoveryStep, StoreError, StoreResult, events::RecoveryBatch,
+};
 
 /// The unique index that allows one running recovery per endpoint.
 const ONE_RUNNING: &str = "recoveries_one_running";
@@ -51,6 +53,20 @@ impl PgStore {
         }
     }
 
+    pub(crate) async fn count_recovery(&self, id: Uuid, counted: &Recoverable) -> StoreResult<()> {
+        let (after, until) = counted.range();
+        sqlx::query(crate::recoveries::COUNTED)
+            .bind(id)
+            .bind(counted.total())
+            .bind(after)
+            .bind(until)
+            .bind(counted.reason())
+            .bind(webhooks_model::time::now())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
         let row: Option<RecoveryRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
@@ -67,12 +83,15 @@ impl PgStore {
         lease: Duration,
         limit: i64,
     ) -> StoreResult<Vec<Recovery>> {
+        let free = "owner = $1 OR lease_until IS NULL OR lease_until < now()";
         let rows: Vec<RecoveryRow> = sqlx::query_as(&format!(
             "UPDATE recoveries SET owner = $1, lease_until = now() + make_interval(secs => $2)
               WHERE id IN (SELECT id FROM recoveries
-                            WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < now())
-                            ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-              RETURNING {COLUMNS}"
+                            WHERE id IN ({TURNS}) AND state = 'running'
+                              AND (owner = $1 OR lease_until IS NULL OR lease_until < now())
+                              FOR UPDATE SKIP LOCKED)
+              RETURNING {COLUMNS}",
+            TURNS = crate::recoveries::TURNS.replace("{free}", free)
         ))
         .bind(owner)
         .bind(lease.as_secs_f64())

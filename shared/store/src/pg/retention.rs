@@ -6,22 +6,35 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
-use super::PgStore;
+use super::{PgStore, history};
 use crate::{Purged, StoreResult};
 
 impl PgStore {
     pub(crate) async fn purge_expired(&self, cutoff: DateTime<Utc>, limit: u32) -> StoreResult<Purged> {
         let limit = i64::from(limit);
+        // Partitioned by day, a retention of two days or more drops whole
+        // days (`history.rs`); rows go one by one only in the partitions from
+        // before partitioning, and for a shorter retention. The bound on
+        // the ids keeps each statement to those partitions.
+        let layout = self.layout();
+        let long = webhooks_model::time::now() - cutoff >= chrono::Duration::days(2);
+        let before = match (layout.partitioned, long, layout.legacy_before) {
+            (true, true, None) => return Ok(Purged::default()),
+            (true, true, Some(legacy)) => legacy.min(cutoff),
+            _ => cutoff,
+        };
+        let (event_bound, log_bound) = (history::event_id_bound(before), history::uuid_bound(before));
         // Log entries by their own age, in one statement of its own. `=
         // ANY(ARRAY(…))` rather than `IN (…)`: the batch is looked up by
         // primary key, where `IN` may be planned as a scan of the table.
         let logs = sqlx::query(
             "DELETE FROM delivery_attempts WHERE id = ANY(ARRAY(
-                 SELECT id FROM delivery_attempts WHERE created_at < $1
+                 SELECT id FROM delivery_attempts WHERE created_at < $1 AND id < $3::uuid
                   ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
         )
         .bind(cutoff)
         .bind(limit)
+        .bind(&log_bound)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -34,7 +47,7 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         let candidates: Vec<String> = sqlx::query_scalar(
             "SELECT e.id FROM events e
-              WHERE e.created_at < $1
+              WHERE e.created_at < $1 AND e.id < $3
                 AND NOT EXISTS (SELECT 1 FROM deliveries d
                                  WHERE d.event_id = e.id AND d.state IN ('pending', 'retrying', 'waiting'))
               ORDER BY e.created_at LIMIT $2
@@ -42,6 +55,7 @@ impl PgStore {
         )
         .bind(cutoff)
         .bind(limit)
+        .bind(&event_bound)
         .fetch_all(&mut *tx)
         .await?;
         if candidates.is_empty() {

@@ -37,6 +37,8 @@ impl PgStore {
             // A table busy with other work (an index built CONCURRENTLY, a
             // manual VACUUM) is left for a later round.
             sqlx::query("SET LOCAL lock_timeout = '1s'").execute(&mut *tx).await?;
+            // Large tables take a while to sample.
+            sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
             sqlx::query(&format!("ANALYZE {}", stale.join(", "))).execute(&mut *tx).await?;
         }
         tx.commit().await?;

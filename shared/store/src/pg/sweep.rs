@@ -16,7 +16,7 @@
 use chrono::{DateTime, Utc};
 use webhooks_model::Lane;
 
-use super::PgStore;
+use super::{NEW_V7, PgStore};
 use crate::StoreResult;
 
 /// What one sweep batch did.
@@ -43,21 +43,24 @@ pub(super) const NEXT_ATTEMPT: &str =
 
 /// Stranded deliveries of lane `$1` due before the watermark `$2`, oldest
 /// first, at most `$3`, with no outbox row, each with its next attempt;
-/// `{sweeps}` selects by how often they were swept (`$4`).
+/// `$5`: those whose latest message went to the swept queue, or those whose
+/// went to the lane's; `{sweeps}` selects by how often they were swept
+/// (`$4`).
 const STRANDED: &str = "
     SELECT d.id, d.event_id, d.endpoint_id, false AS set_aside, {next_attempt} AS attempt
       FROM deliveries d
-     WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1 AND d.next_attempt_at < $2
+     WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1 AND d.swept = $5
+       AND d.next_attempt_at < $2
        AND {sweeps}
        AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
      ORDER BY d.next_attempt_at LIMIT $3
        FOR UPDATE OF d SKIP LOCKED";
 
 /// Queues the deliveries of the CTE `due` (columns `id`, `set_aside`,
-/// `attempt`) again, each under a new generation, in the lane that
-/// `{lane}` names (of `d`, the delivery); returns how many were set aside and how many in all. A
-/// sweep of a delivery that was not set aside counts towards the sweep
-/// limit.
+/// `attempt`) again, each under a new generation, in the lane that `{lane}`
+/// names (of `d`, the delivery) and to the swept queue if `{swept}`;
+/// returns how many were set aside and how many in all. A sweep of a
+/// delivery that was not set aside counts towards the sweep limit.
 const REQUEUE: &str = "
     swept AS (
         UPDATE deliveries d
@@ -67,13 +70,35 @@ const REQUEUE: &str = "
                last_attempt_generation = CASE WHEN d.last_attempt_generation = d.generation
                                               THEN d.generation + 1
                                               ELSE d.last_attempt_generation END,
-               next_attempt_at = now(), updated_at = now(), lane = {lane}
+               next_attempt_at = now(), updated_at = now(), lane = {lane}, swept = {swept}
           FROM due WHERE d.id = due.id
-        RETURNING d.id, d.generation, d.lane, due.attempt, due.set_aside),
+        RETURNING d.id, d.generation, d.lane, d.swept, due.attempt, due.set_aside),
     queued AS (
-        INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force, attempt)
-        SELECT '', '', lane, id, generation, false, attempt FROM swept)
+        INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force, attempt, swept)
+        SELECT '', '', lane, id, generation, false, attempt, swept FROM swept)
     SELECT count(*) FILTER (WHERE set_aside), count(*) FROM swept";
+
+/// First attempts of lane `$1` made between `$2` and `$3` (their due time is
+/// their ingest's), not attempted, with no outbox row and not set aside, at
+/// most `$4`, oldest first: queued again to the swept queue, same
+/// generation, not counted as sweeps (their message may never have existed;
+/// if it did, whichever copy comes second finds the attempt made).
+const LOST_FIRST_ATTEMPTS: &str = "
+    WITH due AS (
+        SELECT d.id FROM deliveries d
+         WHERE d.state = 'pending' AND d.generation = 0 AND d.last_attempt = 0 AND NOT d.set_aside AND NOT d.swept
+           AND d.lane = $1 AND d.next_attempt_at >= $2 AND d.next_attempt_at < $3
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
+         ORDER BY d.next_attempt_at LIMIT $4
+           FOR UPDATE OF d SKIP LOCKED),
+    swept AS (
+        UPDATE deliveries d SET swept = true, next_attempt_at = now(), updated_at = now()
+          FROM due WHERE d.id = due.id
+        RETURNING d.id, d.generation, d.lane),
+    queued AS (
+        INSERT INTO outbox (exchange, routing_key, lane, delivery_id, generation, force, attempt, swept)
+        SELECT '', '', lane, id, generation, false, 1, true FROM swept)
+    SELECT count(*) FROM swept";
 
 fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
@@ -88,6 +113,7 @@ impl PgStore {
     pub(crate) async fn sweep_stranded(
         &self,
         lane: Lane,
+        swept: bool,
         watermark: DateTime<Utc>,
         batch: i64,
         limit: i32,
@@ -102,28 +128,31 @@ impl PgStore {
                       RETURNING h.id, h.event_id, h.endpoint_id, h.attempt)
              INSERT INTO delivery_attempts
                     (id, delivery_id, endpoint_id, event_id, attempt, status, response_body, error, duration_ms, created_at)
-             SELECT gen_random_uuid(), id, endpoint_id, event_id, attempt, NULL, NULL, $5, 0, now() FROM failed",
+             SELECT {new_id}, id, endpoint_id, event_id, attempt, NULL, NULL, $6, 0, now() FROM failed",
+            new_id = NEW_V7,
             owed = stranded("d.sweeps >= $4")
         ))
         .bind(lane.as_str())
         .bind(watermark)
         .bind(batch)
         .bind(limit)
+        .bind(swept)
         .bind(GAVE_UP)
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        // Queued again in its own lane: a developer within their share keeps
-        // waiting in the default lane, not behind another's backlog.
+        // Queued again to the swept queue, ahead of every backlog; its
+        // retries go back to its own lane.
         let (_, queued): (i64, i64) = sqlx::query_as(&format!(
             "WITH due AS ({owed}), {requeue}",
             owed = stranded("d.sweeps < $4"),
-            requeue = REQUEUE.replace("{lane}", "d.lane")
+            requeue = REQUEUE.replace("{lane}", "d.lane").replace("{swept}", "true")
         ))
         .bind(lane.as_str())
         .bind(watermark)
         .bind(batch)
         .bind(limit)
+        .bind(swept)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -143,7 +172,7 @@ impl PgStore {
                   ORDER BY d.next_attempt_at LIMIT $1
                     FOR UPDATE OF d SKIP LOCKED),
              {requeue}",
-            requeue = REQUEUE.replace("{lane}", "'bulk'")
+            requeue = REQUEUE.replace("{lane}", "'bulk'").replace("{swept}", "false")
         ))
         .bind(batch)
         .fetch_one(&mut *tx)
@@ -167,7 +196,7 @@ impl PgStore {
                   ORDER BY d.event_sequence LIMIT $2
                     FOR UPDATE OF d SKIP LOCKED),
              {requeue}",
-            requeue = REQUEUE.replace("{lane}", "'bulk'")
+            requeue = REQUEUE.replace("{lane}", "'bulk'").replace("{swept}", "false")
         ))
         .bind(endpoint_id)
         .bind(batch)
@@ -181,36 +210,21 @@ impl PgStore {
         Ok(count(returned))
     }
 
-    /// How far each lane's consumers have got, as dispatchers reported it:
-    /// the latest `enters_at` of a message received from the lane, if any.
-    pub(crate) async fn lane_watermarks(&self) -> StoreResult<Vec<(Lane, DateTime<Utc>)>> {
-        let rows: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(
-            "SELECT lane, CASE WHEN received_through = '-infinity' THEN NULL ELSE received_through END
-               FROM lane_watermarks",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(lane, at)| Some((if lane == "bulk" { Lane::Bulk } else { Lane::Default }, at?)))
-            .collect())
-    }
-
-    /// Moves the watermarks of the lanes given forward (never back).
-    pub(crate) async fn advance_watermarks(&self, received: &[(Lane, DateTime<Utc>)]) -> StoreResult<()> {
-        if received.is_empty() {
-            return Ok(());
-        }
-        sqlx::query(
-            "UPDATE lane_watermarks w SET received_through = greatest(w.received_through, r.at)
-               FROM unnest($1::text[], $2::timestamptz[]) AS r(lane, at)
-              WHERE w.lane = r.lane AND w.received_through < r.at",
-        )
-        .bind(received.iter().map(|(lane, _)| lane.as_str()).collect::<Vec<_>>())
-        .bind(received.iter().map(|(_, at)| *at).collect::<Vec<_>>())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    /// See [`crate::queue::Outbox::requeue_first_attempts`].
+    pub(crate) async fn requeue_first_attempts(
+        &self,
+        lane: Lane,
+        (from, until): (DateTime<Utc>, DateTime<Utc>),
+        batch: i64,
+    ) -> StoreResult<u64> {
+        let queued: i64 = sqlx::query_scalar(LOST_FIRST_ATTEMPTS)
+            .bind(lane.as_str())
+            .bind(from)
+            .bind(until)
+            .bind(batch)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count(queued))
     }
 
     /// How many deliveries of `lane` are stranded by `watermark`, counted up
@@ -219,7 +233,7 @@ impl PgStore {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM (
                  SELECT 1 FROM deliveries d
-                  WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1
+                  WHERE d.state IN ('pending', 'retrying') AND NOT d.set_aside AND d.lane = $1 AND NOT d.swept
                     AND d.next_attempt_at < $2
                     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.id)
                   LIMIT $3) s",

@@ -22,7 +22,7 @@ impl SqliteStore {
              VALUES ($1, $2, $3, $4, $5, $6, 'Active', $7, $8, $9, $9)
              RETURNING {COLUMNS}"
         ))
-        .bind(Uuid::now_v7().hyphenated())
+        .bind(webhooks_model::ids::new_v7().hyphenated())
         .bind(key.developer_id.hyphenated())
         .bind(&key.key_hash)
         .bind(<&str>::from(key.kind))

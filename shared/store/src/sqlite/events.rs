@@ -247,7 +247,11 @@ impl SqliteStore {
             "WITH scanned AS (SELECT e.id, e.sequence, e.created_at FROM events e
                                WHERE e.developer_id = $1 AND e.sequence > $5 AND {MEANT} LIMIT $9),
                   wanted AS ({WANTED})
-             SELECT count(*), min(sequence), max(sequence) FROM wanted"
+             SELECT count(*), min(sequence), max(sequence),
+                    (SELECT count(*) FROM deliveries d
+                      WHERE d.endpoint_id = $2 AND d.state IN ('pending', 'retrying', 'waiting')
+                        AND d.event_created_at >= $3 AND d.event_created_at < $4)
+               FROM wanted"
         ))
         .bind(endpoint.developer_id.hyphenated())
         .bind(&endpoint.id)

@@ -22,7 +22,7 @@ impl SqliteStore {
              VALUES ($1, $2, $3, $4, $5, $6)
              RETURNING {COLUMNS}"
         ))
-        .bind(Uuid::now_v7().hyphenated())
+        .bind(webhooks_model::ids::new_v7().hyphenated())
         .bind(session.developer_id.hyphenated())
         .bind(&session.token_hash)
         .bind(scopes)

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{SqliteStore, micros};
 use crate::recoveries::{COLUMNS, RecoveryRow};
-use crate::{NewRecovery, Recovery, RecoveryStart, RecoveryStep, StoreResult, events::RecoveryBatch};
+use crate::{NewRecovery, Recoverable, Recovery, RecoveryStart, RecoveryStep, StoreResult, events::RecoveryBatch};
 
 fn now() -> i64 {
     micros(webhooks_model::time::now())
@@ -48,6 +48,20 @@ impl SqliteStore {
         Ok(RecoveryStart::Started(row.into()))
     }
 
+    pub(crate) async fn count_recovery(&self, id: Uuid, counted: &Recoverable) -> StoreResult<()> {
+        let (after, until) = counted.range();
+        sqlx::query(crate::recoveries::COUNTED)
+            .bind(id.hyphenated())
+            .bind(counted.total())
+            .bind(after)
+            .bind(until)
+            .bind(counted.reason())
+            .bind(now())
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
     pub(crate) async fn latest_recovery(&self, endpoint_id: &str) -> StoreResult<Option<Recovery>> {
         let row: Option<RecoveryRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM recoveries WHERE endpoint_id = $1 ORDER BY created_at DESC LIMIT 1"
@@ -68,10 +82,11 @@ impl SqliteStore {
         let until = now + i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
         let rows: Vec<RecoveryRow> = sqlx::query_as(&format!(
             "UPDATE recoveries SET owner = $1, lease_until = $3
-              WHERE id IN (SELECT id FROM recoveries
-                            WHERE state = 'running' AND (owner = $1 OR lease_until IS NULL OR lease_until < $2)
-                            ORDER BY created_at LIMIT $4)
-              RETURNING {COLUMNS}"
+              WHERE id IN ({TURNS})
+              RETURNING {COLUMNS}",
+            TURNS = crate::recoveries::TURNS
+                .replace("{free}", "owner = $1 OR lease_until IS NULL OR lease_until < $2")
+                .replace("$3", "$4")
         ))
         .bind(owner.hyphenated())
         .bind(now)

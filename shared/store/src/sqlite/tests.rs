@@ -118,6 +118,12 @@ fn log(event_id: &str, attempt: i32, created_at: DateTime<Utc>) -> DeliveryLog {
     }
 }
 
+/// The question a message asks before its attempt; the SQLite store finds a
+/// delivery by its id alone.
+fn asked(delivery_id: i64, generation: Option<i32>, attempt: i32) -> crate::StandingQuestion {
+    crate::StandingQuestion { delivery_id, event_id: String::new(), generation, attempt }
+}
+
 fn outcome(
     delivery_id: i64,
     endpoint_id: &str,
@@ -125,7 +131,15 @@ fn outcome(
     generation: Option<i32>,
     log: Option<DeliveryLog>,
 ) -> AttemptRecord {
-    AttemptRecord { delivery_id, state, next_attempt_at: None, log, endpoint_id: endpoint_id.to_owned(), generation }
+    AttemptRecord {
+        delivery_id,
+        event_id: String::new(),
+        state,
+        next_attempt_at: None,
+        log,
+        endpoint_id: endpoint_id.to_owned(),
+        generation,
+    }
 }
 
 #[tokio::test]
@@ -662,7 +676,7 @@ impl SqliteStore {
     }
 
     async fn admission(&self, delivery_id: i64, generation: Option<i32>, attempt: i32) -> StoreResult<Admission> {
-        let question = crate::StandingQuestion { delivery_id, generation, attempt };
+        let question = asked(delivery_id, generation, attempt);
         Ok(self.admissions(&[question]).await?.pop().expect("one answer per question"))
     }
 }
