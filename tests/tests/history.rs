@@ -139,6 +139,19 @@ async fn retention_drops_whole_days_and_keeps_a_day_still_owed() {
         if gone { Ok(names) } else { Err(format!("{names:?}")) }
     })
     .await;
+    // A pass interrupted between its steps leaves a day's table detached:
+    // a later pass drops it.
+    let left = day_name("delivery_attempts", -38);
+    sqlx::query(&format!("CREATE TABLE {left} (LIKE delivery_attempts)")).execute(pool).await.unwrap();
+    eventually("a table left detached is dropped", WAIT, async || {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(&left)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        if exists { Err(format!("{left} is still there")) } else { Ok(()) }
+    })
+    .await;
     let names = partitions(pool, "events").await;
     assert!(names.contains(&kept_day(40)), "a day with an owed delivery was dropped: {names:?}");
     for ago in [10, 20, 30] {
@@ -263,6 +276,28 @@ async fn a_filled_installation_converts_online_while_events_flow() {
     let legacy: Vec<String> =
         partitions(&pool, "events").await.into_iter().filter(|n| n.ends_with("_legacy")).collect();
     assert_eq!(legacy, ["events_legacy"]);
+
+    // From the cutover on (next midnight at the earliest, so written here
+    // by hand) the tables take rows: the check that proves the legacy
+    // partition's bounds is that partition's alone.
+    let cutover: chrono::DateTime<Utc> =
+        sqlx::query_scalar("SELECT legacy_before FROM history_layout").fetch_one(&pool).await.unwrap();
+    let later = cutover + chrono::Duration::hours(1);
+    let event = webhooks_model::ids::new_event_id_at(later);
+    let attempt = webhooks_model::ids::new_v7_at(later);
+    sqlx::raw_sql(&format!(
+        "INSERT INTO events (id, developer_id, sequence, category, body, created_at)
+         VALUES ('{event}', '{developer}', 1000000, 'transfer', '{{}}', '{later}');
+         INSERT INTO deliveries (event_id, endpoint_id, state, event_created_at, event_sequence)
+         VALUES ('{event}', '{endpoint}', 'succeeded', '{later}', 1000000);
+         INSERT INTO delivery_attempts (id, delivery_id, endpoint_id, event_id, attempt, status, duration_ms, created_at)
+         SELECT '{attempt}', id, endpoint_id, event_id, 1, 200, 1, '{later}' FROM deliveries WHERE event_id = '{event}'",
+        endpoint = id(&endpoint),
+        later = later.to_rfc3339(),
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
 
     pool.close().await;
     stack.shutdown(Duration::from_secs(10)).await;

@@ -200,14 +200,7 @@ impl Layout {
 /// Runs `statements` in one transaction, under the partitions lock and
 /// [`LOCK_TIMEOUT`].
 async fn locked(pool: &PgPool, statements: &[String]) -> StoreResult<()> {
-    let mut tx = pool.begin().await?;
-    tx.execute(format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'").as_str()).await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(PARTITIONS_LOCK).execute(&mut *tx).await?;
-    for statement in statements {
-        tx.execute(statement.as_str()).await?;
-    }
-    tx.commit().await?;
-    Ok(())
+    locked_on(&mut *pool.acquire().await?, statements).await
 }
 
 /// The statements that make the partitioned `table` from the table of the
@@ -315,6 +308,8 @@ pub(crate) async fn prepare(pool: &PgPool) -> StoreResult<Layout> {
     }
     statements.extend(day_partitions(&days_around(today), &BTreeSet::new()));
     let mut tx = pool.begin().await?;
+    // The first start's, with nothing else running yet: as long as it takes.
+    tx.execute("SET LOCAL statement_timeout = 0").await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(PARTITIONS_LOCK).execute(&mut *tx).await?;
     // Another process may have done it meanwhile.
     let still: bool = sqlx::query_scalar("SELECT relkind <> 'p' FROM pg_class WHERE oid = to_regclass('events')")
@@ -380,85 +375,149 @@ pub(crate) async fn maintain(pool: &PgPool, cutoff: Option<DateTime<Utc>>) -> St
     }
     let mut dropped = 0;
     if let Some(cutoff) = cutoff {
-        for day in layout.days.iter().filter(|day| start_of(day.succ_opt().unwrap_or(**day)) <= cutoff) {
-            if drop_day(pool, *day).await? {
+        for day in day_tables(pool).await?.iter().filter(|day| start_of(day.succ_opt().unwrap_or(**day)) <= cutoff) {
+            if drop_slice(pool, &day_slice(*day)).await? {
+                tracing::info!(%day, "a day of history dropped (retention)");
                 dropped += 1;
+            } else {
+                tracing::info!(%day, "a day of history is kept past its retention: a delivery of it is still owed");
             }
         }
         if let Some(before) = layout.legacy_before
             && before <= cutoff
+            && drop_slice(pool, &legacy_slice(before)).await?
         {
-            drop_legacy(pool).await?;
+            sqlx::query("UPDATE history_layout SET legacy_before = NULL").execute(pool).await?;
+            tracing::info!("the history from before partitioning is gone (retention)");
         }
     }
     Ok((Layout::read(pool).await?, Maintained { made, dropped }))
 }
 
-/// Drops one day's partitions, unless a delivery of the day is still owed.
-async fn drop_day(pool: &PgPool, day: NaiveDate) -> StoreResult<bool> {
-    let deliveries = partition_name("deliveries", day);
-    let owed: bool = sqlx::query_scalar(&format!(
-        "SELECT EXISTS (SELECT 1 FROM {deliveries} WHERE state IN ('pending', 'retrying', 'waiting'))"
-    ))
-    .fetch_one(pool)
+/// The days that have a table of any of the three, attached or not (a pass
+/// interrupted between its steps leaves some).
+async fn day_tables(pool: &PgPool) -> StoreResult<BTreeSet<NaiveDate>> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class
+          WHERE relkind = 'r' AND relnamespace = current_schema()::regnamespace
+            AND relname ~ '^(events|deliveries|delivery_attempts)_p[0-9]{8}$'",
+    )
+    .fetch_all(pool)
     .await?;
-    if owed {
-        tracing::info!(%day, "a day of history is kept past its retention: a delivery of it is still owed");
+    Ok(names
+        .iter()
+        .filter_map(|name| name.rsplit_once("_p"))
+        .filter_map(|(_, day)| NaiveDate::parse_from_str(day, "%Y%m%d").ok())
+        .collect())
+}
+
+/// One partition of each history table, dropped together.
+struct Slice {
+    /// (parent, partition, its bounds as `FOR VALUES` says them).
+    partitions: Vec<(&'static str, String, String)>,
+    /// The partition of `deliveries`, where what is owed is looked for.
+    deliveries: String,
+}
+
+fn day_slice(day: NaiveDate) -> Slice {
+    let (from, to) = (start_of(day), start_of(day.succ_opt().unwrap_or(day)));
+    Slice {
+        partitions: TABLES
+            .iter()
+            .map(|table| {
+                let bounds = format!("FROM ('{}') TO ('{}')", (table.bound)(from), (table.bound)(to));
+                (table.name, partition_name(table.name, day), bounds)
+            })
+            .collect(),
+        deliveries: partition_name("deliveries", day),
+    }
+}
+
+fn legacy_slice(before: DateTime<Utc>) -> Slice {
+    Slice {
+        partitions: TABLES
+            .iter()
+            .map(|table| {
+                (table.name, legacy_name(table.name), format!("FROM (MINVALUE) TO ('{}')", (table.bound)(before)))
+            })
+            .collect(),
+        deliveries: legacy_name("deliveries"),
+    }
+}
+
+/// Whether a delivery in `deliveries` (a partition) is still owed; not,
+/// when the table is gone.
+async fn owed(executor: impl sqlx::PgExecutor<'_>, deliveries: &str) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT to_regclass('{deliveries}') IS NOT NULL
+            AND EXISTS (SELECT 1 FROM {deliveries} WHERE state IN ('pending', 'retrying', 'waiting'))"
+    ))
+    .fetch_one(executor)
+    .await
+    .or_else(|error| match error.as_database_error().and_then(|e| e.code()).as_deref() {
+        // Planned before it was known to be gone.
+        Some("42P01") => Ok(false),
+        _ => Err(error),
+    })?)
+}
+
+/// Drops `slice` unless a delivery of it is owed: detached first without
+/// blocking reads or writes of the parents (`CONCURRENTLY` waits for the
+/// statements using them instead), looked at again once detached (a send or
+/// a recovery may have armed a delivery of it again meanwhile; detached, it
+/// is out of their reach) and attached back if so, else dropped: no row is
+/// deleted, nothing is left to vacuum. Whether it was dropped.
+async fn drop_slice(pool: &PgPool, slice: &Slice) -> StoreResult<bool> {
+    if owed(pool, &slice.deliveries).await? {
         return Ok(false);
     }
-    for table in &TABLES {
-        detach_and_drop(pool, table.name, &partition_name(table.name, day)).await?;
-    }
-    tracing::info!(%day, "a day of history dropped (retention)");
-    Ok(true)
-}
-
-/// Drops the legacy partitions once retention emptied them of what it
-/// could (what is still owed stays, and with it the partitions).
-async fn drop_legacy(pool: &PgPool) -> StoreResult<()> {
-    let owed: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM deliveries_legacy WHERE state IN ('pending', 'retrying', 'waiting'))",
-    )
-    .fetch_one(pool)
-    .await?;
-    if owed {
-        return Ok(());
-    }
-    for table in TABLES.iter().rev() {
-        detach_and_drop(pool, table.name, &legacy_name(table.name)).await?;
-    }
-    sqlx::query("UPDATE history_layout SET legacy_before = NULL").execute(pool).await?;
-    tracing::info!("the history from before partitioning is gone (retention)");
-    Ok(())
-}
-
-/// Detaches `partition` from `parent` without blocking reads or writes of
-/// the parent (`CONCURRENTLY` waits for the statements using it instead),
-/// then drops it: no row is deleted, nothing is left to vacuum.
-async fn detach_and_drop(pool: &PgPool, parent: &str, partition: &str) -> StoreResult<()> {
     let mut connection = pool.acquire().await?;
-    // Waits for every transaction that uses the partition: give it time.
+    // A detach waits for every transaction that uses the partition: give it time.
     connection.execute("SET statement_timeout = 0").await?;
-    let attached: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2))",
+    let result = async {
+        let mut detached = Vec::new();
+        for (parent, partition, bounds) in &slice.partitions {
+            if detach(&mut connection, parent, partition).await? {
+                detached.push((parent, partition, bounds));
+            }
+        }
+        if owed(&mut *connection, &slice.deliveries).await? {
+            for (parent, partition, bounds) in detached {
+                connection
+                    .execute(format!("ALTER TABLE {parent} ATTACH PARTITION {partition} FOR VALUES {bounds}").as_str())
+                    .await?;
+            }
+            return Ok(false);
+        }
+        for (_, partition, _) in slice.partitions.iter().rev() {
+            connection.execute(format!("DROP TABLE IF EXISTS {partition}").as_str()).await?;
+        }
+        Ok::<bool, StoreError>(true)
+    }
+    .await;
+    if connection.execute("RESET statement_timeout").await.is_err() {
+        connection.detach();
+    }
+    result
+}
+
+/// Detaches `partition` from `parent` if it is attached, finishing a
+/// detach an interruption left pending; whether it was attached.
+async fn detach(connection: &mut sqlx::PgConnection, parent: &str, partition: &str) -> StoreResult<bool> {
+    let pending: Option<bool> = sqlx::query_scalar(
+        "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2)",
     )
     .bind(partition)
     .bind(parent)
-    .fetch_one(&mut *connection)
+    .fetch_optional(&mut *connection)
     .await?;
-    let result = async {
-        if attached {
-            connection
-                .execute(format!("ALTER TABLE {parent} DETACH PARTITION {partition} CONCURRENTLY").as_str())
-                .await?;
-        }
-        connection.execute(format!("DROP TABLE IF EXISTS {partition}").as_str()).await?;
-        Ok::<(), sqlx::Error>(())
-    }
-    .await;
-    let _ = connection.execute("RESET statement_timeout").await;
-    result?;
-    Ok(())
+    let how = match pending {
+        None => return Ok(false),
+        Some(true) => "FINALIZE",
+        Some(false) => "CONCURRENTLY",
+    };
+    connection.execute(format!("ALTER TABLE {parent} DETACH PARTITION {partition} {how}").as_str()).await?;
+    Ok(true)
 }
 
 /// Converts an installation's unpartitioned history tables into
@@ -471,19 +530,21 @@ async fn detach_and_drop(pool: &PgPool, parent: &str, partition: &str) -> StoreR
 /// 2. The event type of each delivery log entry is filled in from its
 ///    event, in batches, where it is missing.
 /// 3. Every index the partitioned tables have is built on the old tables
-///    without blocking writes (`CREATE INDEX CONCURRENTLY`), and a check
-///    that all their ids are before the cutover (the next day's start, or
-///    the one after when that is less than an hour away) is validated
-///    without blocking writes either.
-/// 4. In one short transaction: each old table is renamed `…_legacy` (its
-///    indexes too), a partitioned table takes its name, the old one is
-///    attached as the partition of everything before the cutover (its
-///    check proves it, so nothing is scanned), the partitioned indexes take
-///    the old table's matching ones, and the days from the cutover on get
-///    their partitions. Statements in flight wait for this transaction,
-///    which holds its locks for milliseconds; it gives up after
-///    [`LOCK_TIMEOUT`] rather than queue others behind it, and is tried
-///    again.
+///    without blocking writes (`CREATE INDEX CONCURRENTLY`; one an
+///    interruption left invalid is built again).
+/// 4. A check that all their ids are before the cutover (the next day's
+///    start, or the one after when that is less than an hour away) is
+///    added and validated without blocking writes. Should the cutover have
+///    come within [`SWAP_MARGIN`] by then, the check moves to the next day.
+/// 5. In one short transaction: each old table is renamed `…_legacy` (its
+///    indexes too), a partitioned table takes its name (without the check,
+///    which only the legacy partition keeps), the old one is attached as
+///    the partition of everything before the cutover (its check proves it,
+///    so nothing is scanned), the partitioned indexes take the old table's
+///    matching ones, and the days from the cutover on get their partitions.
+///    Statements in flight wait for this transaction, which holds its locks
+///    for milliseconds once it has them; it gives up after [`LOCK_TIMEOUT`]
+///    rather than queue others behind it, and is tried again.
 pub(crate) async fn convert(pool: &PgPool, say: &(dyn Fn(&str) + Sync)) -> StoreResult<()> {
     if Layout::read(pool).await?.partitioned {
         say("the history tables are partitioned already");
@@ -496,19 +557,7 @@ pub(crate) async fn convert(pool: &PgPool, say: &(dyn Fn(&str) + Sync)) -> Store
         connection.execute(statement.as_str()).await?;
     }
     say("filling in the event type of delivery log entries");
-    loop {
-        let filled = sqlx::query(
-            "UPDATE delivery_attempts a SET event_type = e.event_type FROM events e
-              WHERE a.id IN (SELECT id FROM delivery_attempts WHERE event_type IS NULL LIMIT 10000)
-                AND e.id = a.event_id AND e.event_type IS NOT NULL",
-        )
-        .execute(&mut *connection)
-        .await?
-        .rows_affected();
-        if filled == 0 {
-            break;
-        }
-    }
+    fill_event_types(&mut connection).await?;
     say("copying the producers' idempotency keys of the last day to their own table");
     connection
         .execute(
@@ -518,53 +567,38 @@ pub(crate) async fn convert(pool: &PgPool, say: &(dyn Fn(&str) + Sync)) -> Store
              ON CONFLICT DO NOTHING",
         )
         .await?;
-    let now = webhooks_model::time::now();
-    let mut cutover = start_of(now.date_naive().succ_opt().unwrap_or(now.date_naive()));
-    if cutover - now < chrono::Duration::hours(1) {
-        cutover = start_of(cutover.date_naive().succ_opt().unwrap_or(cutover.date_naive()));
-    }
     for table in &TABLES {
-        for (name, definition) in table.indexes.iter() {
-            // One of the old table's own (every name here that exists
-            // already is one of this schema's, with this definition).
-            let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-                .bind(*name)
-                .fetch_one(&mut *connection)
-                .await?;
-            if exists {
-                continue;
-            }
-            let definition = definition.replace("{FAILED}", FAILED);
-            let (unique, columns) = match (definition.strip_prefix("PRIMARY KEY "), definition.strip_prefix("UNIQUE "))
-            {
-                (Some(columns), _) | (_, Some(columns)) => ("UNIQUE ", columns.to_owned()),
-                _ => ("", definition.clone()),
-            };
-            say(&format!("building {name} on the old {} table", table.name));
-            connection
-                .execute(
-                    format!("CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS {name}_pre ON {} {columns}", table.name)
-                        .as_str(),
-                )
-                .await?;
+        build_old_indexes(&mut connection, table, say).await?;
+    }
+    let cutover = loop {
+        let now = webhooks_model::time::now();
+        let mut cutover = start_of(now.date_naive().succ_opt().unwrap_or(now.date_naive()));
+        if cutover - now < chrono::Duration::hours(1) {
+            cutover = start_of(cutover.date_naive().succ_opt().unwrap_or(cutover.date_naive()));
         }
-        let check = format!("{}_before_cutover", table.name);
-        say(&format!("checking that every {} row is before the cutover", table.name));
-        connection
-            .execute(
+        for table in &TABLES {
+            let check = format!("{}_before_cutover", table.name);
+            say(&format!("checking that every {} row is before the cutover, {cutover}", table.name));
+            // The check (again, with this cutover, after an interruption)
+            // takes a lock for a moment: never queued behind a long
+            // transaction, with the delivery path behind it.
+            let add = [
+                format!("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {check}", table.name),
                 format!(
-                    "DO $$ BEGIN
-                         ALTER TABLE {name} ADD CONSTRAINT {check} CHECK ({key} < '{bound}') NOT VALID;
-                     EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+                    "ALTER TABLE {name} ADD CONSTRAINT {check} CHECK ({key} < '{bound}') NOT VALID",
                     name = table.name,
                     key = table.key,
                     bound = (table.bound)(cutover),
-                )
-                .as_str(),
-            )
-            .await?;
-        connection.execute(format!("ALTER TABLE {} VALIDATE CONSTRAINT {check}", table.name).as_str()).await?;
-    }
+                ),
+            ];
+            with_lock_retries(say, async || locked_on(&mut connection, &add).await).await?;
+            connection.execute(format!("ALTER TABLE {} VALIDATE CONSTRAINT {check}", table.name).as_str()).await?;
+        }
+        if cutover - webhooks_model::time::now() >= SWAP_MARGIN {
+            break cutover;
+        }
+        say("the cutover came too close meanwhile; moving it to the next day");
+    };
     drop(connection);
 
     let mut swap = Vec::new();
@@ -579,6 +613,9 @@ pub(crate) async fn convert(pool: &PgPool, say: &(dyn Fn(&str) + Sync)) -> Store
             swap.push(format!("ALTER INDEX {index} RENAME TO {}", legacy_index_name(&index)));
         }
         swap.extend(parent(table, &legacy));
+        // The parent copied the old table's check, which would refuse every
+        // row from the cutover on: only the legacy partition keeps it.
+        swap.push(format!("ALTER TABLE {} DROP CONSTRAINT {}_before_cutover", table.name, table.name));
         swap.push(format!(
             "ALTER TABLE {name} ATTACH PARTITION {legacy} FOR VALUES FROM (MINVALUE) TO ('{bound}')",
             name = table.name,
@@ -594,17 +631,113 @@ pub(crate) async fn convert(pool: &PgPool, say: &(dyn Fn(&str) + Sync)) -> Store
         cutover.to_rfc3339()
     ));
     say("swapping the old tables for partitioned ones");
-    for attempt in 1.. {
-        match locked(pool, &swap).await {
-            Ok(()) => break,
-            Err(StoreError::Database(error)) if attempt < 30 && is_lock_timeout(error.as_ref()) => {
+    with_lock_retries(say, async || locked(pool, &swap).await).await?;
+    say("the history tables are partitioned");
+    Ok(())
+}
+
+/// How long before the cutover the swap must be able to start: the old
+/// tables refuse rows from the cutover on until it is done.
+const SWAP_MARGIN: chrono::Duration = chrono::Duration::minutes(10);
+
+/// Runs `attempt` until it does not give up on a lock ([`LOCK_TIMEOUT`]),
+/// a second apart, 30 times at most.
+async fn with_lock_retries<F: AsyncFnMut() -> StoreResult<()>>(
+    say: &(dyn Fn(&str) + Sync),
+    mut attempt: F,
+) -> StoreResult<()> {
+    for round in 1.. {
+        match attempt().await {
+            Err(StoreError::Database(error)) if round < 30 && is_lock_timeout(error.as_ref()) => {
                 say("waiting for a moment without long transactions");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            Err(error) => return Err(error),
+            other => return other,
         }
     }
-    say("the history tables are partitioned");
+    Ok(())
+}
+
+/// [`locked`], on `connection`.
+async fn locked_on(connection: &mut sqlx::PgConnection, statements: &[String]) -> StoreResult<()> {
+    use sqlx::Connection;
+    let mut tx = connection.begin().await?;
+    // Bounded by the lock timeout instead: the statements themselves are quick.
+    tx.execute(format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'").as_str()).await?;
+    tx.execute("SET LOCAL statement_timeout = 0").await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(PARTITIONS_LOCK).execute(&mut *tx).await?;
+    for statement in statements {
+        tx.execute(statement.as_str()).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Fills in the event type of the delivery log entries that have none,
+/// from their events (the type in the event's body, for events stored
+/// before they had the column), walking the log by id in batches.
+async fn fill_event_types(connection: &mut sqlx::PgConnection) -> StoreResult<()> {
+    let mut after = uuid::Uuid::nil();
+    loop {
+        // PostgreSQL has no max() of uuids: the batch's last, by order.
+        let last: Option<uuid::Uuid> = sqlx::query_scalar(
+            "WITH batch AS (
+                 SELECT id, event_id FROM delivery_attempts WHERE id > $1 ORDER BY id LIMIT 10000),
+             filled AS (
+                 UPDATE delivery_attempts a
+                    SET event_type = coalesce(e.event_type, e.body::jsonb ->> 'event_type')
+                   FROM batch b JOIN events e ON e.id = b.event_id
+                  WHERE a.id = b.id AND a.event_type IS NULL
+                    AND coalesce(e.event_type, e.body::jsonb ->> 'event_type') IS NOT NULL)
+             SELECT id FROM batch ORDER BY id DESC LIMIT 1",
+        )
+        .bind(after)
+        .fetch_optional(&mut *connection)
+        .await?;
+        match last {
+            Some(last) => after = last,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Builds on the old `table` each index the partitioned one has, without
+/// blocking writes; one an interrupted build left invalid is built again.
+async fn build_old_indexes(
+    connection: &mut sqlx::PgConnection,
+    table: &HistoryTable,
+    say: &(dyn Fn(&str) + Sync),
+) -> StoreResult<()> {
+    for (name, definition) in table.indexes {
+        // One of the old table's own (every name here that exists already
+        // is one of this schema's, with this definition).
+        let exists: bool =
+            sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(*name).fetch_one(&mut *connection).await?;
+        if exists {
+            continue;
+        }
+        let invalid: bool = sqlx::query_scalar(
+            "SELECT coalesce((SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)), false)",
+        )
+        .bind(format!("{name}_pre"))
+        .fetch_one(&mut *connection)
+        .await?;
+        if invalid {
+            connection.execute(format!("DROP INDEX CONCURRENTLY {name}_pre").as_str()).await?;
+        }
+        let definition = definition.replace("{FAILED}", FAILED);
+        let (unique, columns) = match (definition.strip_prefix("PRIMARY KEY "), definition.strip_prefix("UNIQUE ")) {
+            (Some(columns), _) | (_, Some(columns)) => ("UNIQUE ", columns.to_owned()),
+            _ => ("", definition.clone()),
+        };
+        say(&format!("building {name} on the old {} table", table.name));
+        connection
+            .execute(
+                format!("CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS {name}_pre ON {} {columns}", table.name)
+                    .as_str(),
+            )
+            .await?;
+    }
     Ok(())
 }
 
