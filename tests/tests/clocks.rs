@@ -165,6 +165,20 @@ async fn hosts_an_hour_ahead_and_behind_change_nothing_that_is_stamped() {
     .await
     .unwrap();
     assert_eq!((failed, swept), (0, 0), "no delivery failed or was taken for stranded");
+    // Nothing went through the swept queue, and a dispatcher confirms no
+    // first attempts: no process claims progress it never made (a claim of
+    // "through now" would let the sweeper take a backlog for stranded).
+    let claimed: Vec<String> = sqlx::query_scalar(
+        "SELECT 'confirmed_through of a dispatcher' FROM processes
+          WHERE kind = 'dispatcher' AND confirmed_through IS NOT NULL
+         UNION ALL
+         SELECT 'started_through of ' || queue FROM queue_marks
+          WHERE queue = 'swept' AND started_through IS NOT NULL",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(claimed.is_empty(), "progress claimed where none was made: {claimed:?}");
 
     pool.close().await;
     stack.shutdown(Duration::from_secs(10)).await;

@@ -89,9 +89,27 @@ struct Observation {
     /// The watermark of each queue of [`WorkQueue::ALL`], on the database's
     /// clock.
     marks: [Option<DateTime<Utc>>; 3],
+    /// The earliest `enters_at` a live dispatcher held unstarted in each.
+    holding: [Option<DateTime<Utc>>; 3],
 }
 
 impl Observation {
+    /// This observation's marks, none past what a dispatcher was seen
+    /// holding in `later` ones: a message taken into a buffer just before
+    /// this observation is reported held only at the dispatcher's next
+    /// heartbeat, and must not be swept from under it.
+    fn held_back_by<'a>(&self, later: impl Iterator<Item = &'a Observation>) -> Observation {
+        let mut held = *self;
+        for observation in later {
+            for (mark, holding) in held.marks.iter_mut().zip(observation.holding) {
+                if let (Some(at), Some(holding)) = (mark.as_mut(), holding) {
+                    *at = (*at).min(holding);
+                }
+            }
+        }
+        held
+    }
+
     fn mark(&self, queue: WorkQueue) -> Option<DateTime<Utc>> {
         let index = WorkQueue::ALL.iter().position(|q| *q == queue)?;
         self.marks[index]
@@ -140,7 +158,10 @@ impl Sweeper {
                 continue;
             }
             next_sweep = Instant::now() + sweep_every;
-            let settled = observations.front().filter(|o| o.at.elapsed() >= self.settings.in_flight).copied();
+            let settled = observations
+                .front()
+                .filter(|o| o.at.elapsed() >= self.settings.in_flight)
+                .map(|o| o.held_back_by(observations.iter()));
             let turns = Instant::now() >= next_turns;
             self.round(settled, &observed, turns.then_some(&mut turns_after)).await;
             if turns {
@@ -165,6 +186,7 @@ impl Sweeper {
             }
         };
         let mut marks = [None; 3];
+        let mut held = [None; 3];
         for (index, queue) in WorkQueue::ALL.into_iter().enumerate() {
             let of = |list: &[(String, DateTime<Utc>)]| {
                 list.iter().find(|(name, _)| name == queue.as_str()).map(|(_, at)| *at)
@@ -184,6 +206,7 @@ impl Sweeper {
             // Not past what a dispatcher holds unstarted, nor past now.
             if let Some(holding) = of(&progress.holding) {
                 mark = mark.map(|m| m.min(holding));
+                held[index] = Some(holding);
             }
             marks[index] = mark.map(|m| m.min(progress.now));
             if let Some(mark) = marks[index] {
@@ -191,7 +214,7 @@ impl Sweeper {
                 self.metrics.watermark_offset(queue.as_str()).set(offset);
             }
         }
-        Some(Observation { at, marks })
+        Some(Observation { at, marks, holding: held })
     }
 
     /// Messages ready in `queue`.
@@ -401,5 +424,27 @@ impl Sweeper {
                 self.metrics.dead_letters.set(i64::from(dead.message_count()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_is_held_back_by_what_later_observations_saw_held() {
+        let at = |s: i64| DateTime::from_timestamp(1_800_000_000 + s, 0);
+        let observe = |marks, holding| Observation { at: Instant::now(), marks, holding };
+        // The default lane had no message ready (its mark the database's
+        // now) while a dispatcher had just taken one of second 10 into its
+        // buffer: reported a heartbeat later.
+        let settled = observe([at(100), at(100), at(100)], [None; 3]);
+        let later = [observe([at(101), at(101), at(101)], [at(10), None, None]), observe([at(102); 3], [None; 3])];
+        let held = settled.held_back_by(later.iter());
+        assert_eq!(held.marks, [at(10), at(100), at(100)]);
+        assert_eq!(settled.held_back_by(std::iter::empty()).marks, settled.marks);
+        // A queue with no mark stays without one.
+        let unmarked = observe([None; 3], [None; 3]).held_back_by(later.iter());
+        assert_eq!(unmarked.marks, [None; 3]);
     }
 }

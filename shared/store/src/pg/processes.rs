@@ -59,7 +59,9 @@ pub struct QueueProgress {
 
 impl PgStore {
     /// Writes `presence` and answers with the database's clock, read as late
-    /// in the statement as it can be.
+    /// in the statement as it can be. A time of the process's is kept no
+    /// later than the database's now, and a time it does not have stays
+    /// NULL (`least` alone would make it now).
     pub(crate) async fn process_seen(&self, presence: &Presence) -> StoreResult<DateTime<Utc>> {
         let queues: Vec<&str> = presence.queues.iter().map(|q| q.queue).collect();
         let started: Vec<Option<DateTime<Utc>>> = presence.queues.iter().map(|q| q.started_through).collect();
@@ -68,14 +70,15 @@ impl PgStore {
         Ok(sqlx::query_scalar(
             "WITH seen AS (
                  INSERT INTO processes AS p (id, kind, started_at, seen_at, host_clock_ahead, confirmed_through)
-                 VALUES ($1, $2, now(), now(), make_interval(secs => $3::float8 / 1e6), least($4, now()))
+                 VALUES ($1, $2, now(), now(), make_interval(secs => $3::float8 / 1e6),
+                         CASE WHEN $4 IS NULL THEN NULL ELSE least($4, now()) END)
                  ON CONFLICT (id) DO UPDATE
                     SET seen_at = now(), host_clock_ahead = excluded.host_clock_ahead,
                         confirmed_through = excluded.confirmed_through
                  RETURNING 1),
              marks AS (
                  INSERT INTO queue_marks AS m (process_id, queue, started_through, holding_since)
-                 SELECT $1, q.queue, least(q.started, now()), q.holding
+                 SELECT $1, q.queue, CASE WHEN q.started IS NULL THEN NULL ELSE least(q.started, now()) END, q.holding
                    FROM unnest($5::text[], $6::timestamptz[], $7::timestamptz[]) AS q(queue, started, holding)
                  ON CONFLICT (process_id, queue) DO UPDATE
                     SET started_through = greatest(m.started_through, excluded.started_through),
@@ -85,7 +88,7 @@ impl PgStore {
              lanes AS (
                  UPDATE lane_watermarks w SET received_through = least(q.started, now())
                    FROM unnest($5::text[], $6::timestamptz[]) AS q(queue, started)
-                  WHERE w.lane = q.queue AND w.received_through < least(q.started, now())
+                  WHERE w.lane = q.queue AND q.started IS NOT NULL AND w.received_through < least(q.started, now())
                  RETURNING 1)
              SELECT clock_timestamp()
                FROM (SELECT count(*) FROM seen) s, (SELECT count(*) FROM marks) m, (SELECT count(*) FROM lanes) l",
@@ -145,7 +148,9 @@ impl PgStore {
                  SELECT lane, CASE WHEN received_through = '-infinity' THEN NULL ELSE received_through END, NULL
                    FROM lane_watermarks),
              queues AS (
-                 SELECT queue, least(max(started), now()) AS started, least(min(holding), now()) AS holding
+                 SELECT queue,
+                        CASE WHEN max(started) IS NULL THEN NULL ELSE least(max(started), now()) END AS started,
+                        CASE WHEN min(holding) IS NULL THEN NULL ELSE least(min(holding), now()) END AS holding
                    FROM marks GROUP BY queue)
              SELECT now(), coalesce(array_agg(queue), '{}'), coalesce(array_agg(started), '{}'),
                     coalesce(array_agg(holding), '{}')
