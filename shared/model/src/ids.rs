@@ -40,13 +40,23 @@ pub fn new_v7() -> uuid::Uuid {
     new_v7_at(crate::time::now())
 }
 
-/// A UUIDv7 of `at`; ids made by one process for the same or later times
-/// sort in the order they were made.
+/// A UUIDv7 whose time is `at`. Ids made by one process for the same or
+/// later times sort in the order they were made; an id of a time before one
+/// made already (a test's, a benchmark's history) is of that time still,
+/// in no order among its millisecond's.
 pub fn new_v7_at(at: chrono::DateTime<chrono::Utc>) -> uuid::Uuid {
-    static CONTEXT: std::sync::Mutex<uuid::ContextV7> = std::sync::Mutex::new(uuid::ContextV7::new());
-    let context = CONTEXT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // The context orders ids within a millisecond, and never goes back in
+    // time: given an earlier time, it would give the latest it saw.
+    static LATEST: std::sync::Mutex<(uuid::ContextV7, i64)> = std::sync::Mutex::new((uuid::ContextV7::new(), i64::MIN));
     let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
-    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(&*context, seconds, at.timestamp_subsec_nanos()))
+    let nanos = at.timestamp_subsec_nanos();
+    let mut latest = LATEST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if at.timestamp_millis() < latest.1 {
+        drop(latest);
+        return uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, seconds, nanos));
+    }
+    latest.1 = at.timestamp_millis();
+    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(&latest.0, seconds, nanos))
 }
 
 /// The time a UUIDv7 was made at, to the millisecond; `None` for other
@@ -89,7 +99,11 @@ mod tests {
         let id = new_v7_at(at);
         assert_eq!(id.get_version_num(), 7);
         assert_eq!(v7_time(&id).unwrap().timestamp_millis(), at.timestamp_millis());
-        assert!(new_v7_at(at) > id, "ids of one time sort in the order they were made");
+        // Also after an id of a later time.
+        let _ = new_v7();
+        assert_eq!(v7_time(&new_v7_at(at)).unwrap().timestamp_millis(), at.timestamp_millis());
+        let now = new_v7();
+        assert!(new_v7() > now, "ids made later sort later");
         assert_eq!(v7_time(&uuid::Uuid::new_v4()), None);
     }
 

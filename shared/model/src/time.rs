@@ -113,6 +113,13 @@ impl OneClock {
         // A new reference may be a little behind the one before (half a
         // round trip): time does not go back, it waits until it catches up.
         let last = self.last_micros.fetch_max(micros, Ordering::Relaxed);
+        if last.saturating_sub(micros) > MAX_WAIT_MICROS {
+            // Far ahead: read with the offset a reference just replaced
+            // (the host clock was wrong until then), by a reader beside
+            // `set_reference`. Taken back, as `set_reference` would.
+            let _ = self.last_micros.compare_exchange(last, micros, Ordering::Relaxed, Ordering::Relaxed);
+            return micros;
+        }
         micros.max(last)
     }
 }

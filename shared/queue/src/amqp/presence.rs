@@ -18,6 +18,9 @@ use crate::metrics::ClockMetrics;
 /// How often a process says it is alive.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
 
+/// The longest round trip of a heartbeat whose answer sets the clock.
+const SHARP_ROUND_TRIP: Duration = Duration::from_millis(100);
+
 /// Every how many heartbeats a process looks at the history's partitions.
 const PARTITIONS_EVERY: u64 = 60;
 
@@ -73,7 +76,8 @@ impl Heartbeat {
     }
 
     /// Says so once; returns how far the host's clock is ahead of the
-    /// database's, when the store answered.
+    /// database's (measured again, or `ahead` when the answer was too slow
+    /// to measure by), when the store answered.
     async fn once(&self, ahead: chrono::Duration) -> Option<chrono::Duration> {
         let now = webhooks_model::time::now();
         let (kind, confirmed_through, queues) = match &self.reports {
@@ -85,8 +89,13 @@ impl Heartbeat {
         match self.outbox.seen(&presence).await {
             Ok(database_now) => {
                 // The database read its clock about halfway through the
-                // round trip.
-                let at = sent + sent.elapsed() / 2;
+                // round trip; one that waited (for a connection, a lock) is
+                // too blurred to set the clock by.
+                let round_trip = sent.elapsed();
+                if round_trip > SHARP_ROUND_TRIP {
+                    return Some(ahead);
+                }
+                let at = sent + round_trip / 2;
                 let ahead = webhooks_model::time::set_reference(database_now, at.into_std());
                 self.clock.offset.set(ahead.num_microseconds().unwrap_or(0) as f64 / 1e6);
                 self.clock.measured.set(database_now.timestamp_micros() as f64 / 1e6);
