@@ -78,9 +78,13 @@ struct Unpublished {
     wake: Arc<Notify>,
     /// First attempts that could not be written to the outbox either: their
     /// events stay on their way (this process's `confirmed_through` stays
-    /// before them), so should the process die, the sweeper queues them
-    /// again ahead of any backlog; alive, it finds them by the watermarks.
+    /// before them) until a later try writes them there, so should the
+    /// process die first, the sweeper queues them again ahead of any
+    /// backlog.
     lost: Arc<std::sync::Mutex<Vec<Ready>>>,
+    /// First attempts dropped by the `FAULT_LOSE_FIRST_ATTEMPTS` fault, as a
+    /// process killed at that moment would: never written anywhere.
+    faulted: Arc<std::sync::Mutex<Vec<Ready>>>,
 }
 
 impl Unpublished {
@@ -107,6 +111,12 @@ impl Unpublished {
                 lost.extend(unpublished.into_iter().map(|m| Ready { payload: Vec::new(), ..m }));
             }
         }
+    }
+
+    /// Tries again to write the first attempts it could not write before.
+    async fn write_lost(&self) {
+        let lost = std::mem::take(&mut *self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        self.write(lost).await;
     }
 }
 
@@ -143,7 +153,7 @@ impl Publisher {
                 payload: Vec::new(),
                 _pending: pending,
             });
-            self.unpublished.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(lost);
+            self.unpublished.faulted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(lost);
             return;
         }
         // Published from now on: they enter their lanes now at the earliest.
@@ -208,7 +218,8 @@ impl Relay {
     ) -> (Relay, Publisher) {
         let (broker_up, broker_up_rx) = watch::channel(false);
         let (ready_tx, ready) = mpsc::channel(HANDED_OVER_BATCHES);
-        let unpublished = Unpublished { outbox: outbox.clone(), wake: wake.clone(), lost: Arc::default() };
+        let unpublished =
+            Unpublished { outbox: outbox.clone(), wake: wake.clone(), lost: Arc::default(), faulted: Arc::default() };
         let relay = Relay {
             outbox,
             brokers,
@@ -244,6 +255,7 @@ impl Relay {
             left.extend(batch);
         }
         self.unpublished.write(left).await;
+        self.unpublished.write_lost().await;
         let _ = listening.await;
     }
 
@@ -322,6 +334,7 @@ impl Relay {
                 () = self.wake.notified() => read_outbox = true,
                 _ = scan.tick() => {
                     anyhow::ensure!(connection.status().connected(), "connection closed");
+                    self.unpublished.write_lost().await;
                     read_outbox = true;
                 }
                 () = shutdown.cancelled() => {}
