@@ -238,9 +238,15 @@ impl ApiError {
 
 impl From<webhooks_store::StoreError> for ApiError {
     fn from(error: webhooks_store::StoreError) -> Self {
+        use webhooks_store::StoreError;
         match error {
-            webhooks_store::StoreError::TimedOut(cause) => {
+            StoreError::TimedOut(cause) => {
                 tracing::warn!(error = %cause, "a request's statement took too long");
+                ApiError::Unavailable(std::time::Duration::from_secs(1), "The service is busy")
+            }
+            // A batch of the ingest writer's, with this request's in it.
+            StoreError::Batch(shared) if matches!(*shared, StoreError::TimedOut(_)) => {
+                tracing::warn!(error = %shared, "a batch's statement took too long");
                 ApiError::Unavailable(std::time::Duration::from_secs(1), "The service is busy")
             }
             error => ApiError::Unexpected(error.into()),
@@ -287,5 +293,17 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(json["code"], "unexpected");
         assert_eq!(json["errors"][0]["code"], "unexpected");
+    }
+
+    #[test]
+    fn a_statement_out_of_time_is_503_alone_or_in_a_batch() {
+        use webhooks_store::StoreError;
+        let timed_out = || StoreError::TimedOut(Box::new(std::io::Error::other("canceling statement")));
+        let batch = StoreError::Batch(std::sync::Arc::new(timed_out()));
+        for error in [timed_out(), batch] {
+            let response = ApiError::from(error).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(response.headers().contains_key(axum::http::header::RETRY_AFTER));
+        }
     }
 }

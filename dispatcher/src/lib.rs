@@ -164,7 +164,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     webhooks_listener::check_exposure("DISPATCHER_LISTEN_ADDR", listener.local_addr()?, config.internal_token())
         .map_err(anyhow::Error::msg)?;
     let common = &config.common;
-    let opened = webhooks_store::open::distributed(common).await?;
+    // No statement timeout here: a dispatcher's statements are bounded by
+    // their batches, and a record cancelled after its POST was made would
+    // make it again.
+    let opened = webhooks_store::open::distributed(&webhooks_config::CommonConfig {
+        database_statement_timeout: Duration::ZERO,
+        ..common.clone()
+    })
+    .await?;
     let store = opened.0.clone();
     let metrics = Arc::new(Metrics::new());
     let (broker_tx, broker_rx) = watch::channel(false);

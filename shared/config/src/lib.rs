@@ -105,7 +105,7 @@ pub struct CommonConfig {
     /// How long one database statement may run before PostgreSQL cancels
     /// it: a request that would take longer answers 503 with `Retry-After`
     /// and frees its connection at once, instead of holding it while
-    /// nobody waits for the answer.
+    /// nobody waits for the answer. Dispatchers run without it.
     #[arg(long, env = "DATABASE_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub database_statement_timeout: Duration,
 

@@ -15,12 +15,15 @@ use sqlx::{
 };
 
 /// Opens a pool of at most `max_connections`, each statement of which the
-/// database cancels after `statement_timeout`. Connections are made lazily,
-/// so a database that is down at start only fails the requests that need
-/// it.
+/// database cancels after `statement_timeout` (zero: never). Connections
+/// are made lazily, so a database that is down at start only fails the
+/// requests that need it.
 pub fn pool(database_url: &str, max_connections: u32, statement_timeout: Duration) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
-    let timeout = format!("{}ms", statement_timeout.as_millis().max(1));
+    let timeout = match statement_timeout.as_millis() {
+        0 => "0".to_owned(),
+        millis => format!("{millis}ms"),
+    };
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)
