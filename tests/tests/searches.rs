@@ -174,8 +174,10 @@ async fn a_search_that_runs_too_long_answers_503_and_frees_its_connection() {
 }
 
 /// One developer starts ten slow searches at once: three run, the others
-/// answer 429 with `Retry-After`; meanwhile another developer's calls stay
-/// quick (under 100 ms each) and none answers 5xx.
+/// answer 429 with `Retry-After`; meanwhile another developer's calls never
+/// wait for them (each takes less than half the quickest of the searches
+/// that ran: one that waited for a connection would take about as long)
+/// and none answers 5xx.
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_slow_searches_by_one_developer_leave_anothers_calls_quick() {
     // The default pool: four of its connections for expensive reads.
@@ -190,7 +192,11 @@ async fn ten_slow_searches_by_one_developer_leave_anothers_calls_quick() {
     let searches: Vec<_> = (0..10)
         .map(|_| {
             let (api, heavy, slow) = (&api, &heavy, slow.clone());
-            async move { api.get(&slow, heavy).await }
+            async move {
+                let started = Instant::now();
+                let answer = api.get(&slow, heavy).await;
+                (answer, started.elapsed())
+            }
         })
         .collect();
     let others = async {
@@ -212,6 +218,8 @@ async fn ten_slow_searches_by_one_developer_leave_anothers_calls_quick() {
         (slowest, calls)
     };
     let (answers, (slowest, calls)) = tokio::join!(futures::future::join_all(searches), others);
+    let quickest_search = answers.iter().filter(|(a, _)| a.status == 200).map(|(_, took)| *took).min().unwrap();
+    let answers: Vec<_> = answers.into_iter().map(|(answer, _)| answer).collect();
     let limited = answers.iter().filter(|a| a.status == 429).count();
     assert!(
         answers.iter().all(|a| a.status == 200 || a.status == 429),
@@ -220,6 +228,9 @@ async fn ten_slow_searches_by_one_developer_leave_anothers_calls_quick() {
     );
     assert!(limited >= 7, "at most three of a developer's searches at once: {limited} refused");
     assert!(answers.iter().filter(|a| a.status == 429).all(|a| a.headers.get("retry-after").is_some()));
-    assert!(slowest.0 < Duration::from_millis(100), "another developer's call took {slowest:?} ({calls} calls)");
+    assert!(
+        slowest.0 < quickest_search / 2,
+        "another developer's call took {slowest:?} ({calls} calls), the quickest search {quickest_search:?}"
+    );
     api.shutdown().await.unwrap();
 }
