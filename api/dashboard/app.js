@@ -15,7 +15,7 @@
   const LOG_PAGE = 20;
   const UPCOMING_LIMIT = 20;
 
-  const state = { key: null, me: null, catalog: null, render: 0, refresh: null, timer: null, afterSignIn: null, keepNotice: false };
+  const state = { key: null, me: null, catalog: null, render: 0, refresh: null, refreshing: false, notBefore: 0, timer: null, afterSignIn: null, keepNotice: false };
   const $ = (id) => document.getElementById(id);
 
   // ---- DOM ----------------------------------------------------------------
@@ -127,9 +127,11 @@
   // ---- the API ----------------------------------------------------------------
 
   class ApiError extends Error {
-    constructor(status, message) {
+    /** `retryAfter`: the seconds a 429 or 503 asks the caller to wait (0: none said). */
+    constructor(status, message, retryAfter = 0) {
       super(message);
       this.status = status;
+      this.retryAfter = retryAfter;
     }
   }
 
@@ -168,7 +170,8 @@
     if (!response.ok) {
       const message = data && typeof data.message === "string" ? data.message : `The API answered ${response.status}.`;
       if (response.status === 401 && key === state.key && state.key) signOut(message);
-      throw new ApiError(response.status, message);
+      const retryAfter = Number.parseInt(response.headers.get("Retry-After") || "", 10);
+      throw new ApiError(response.status, message, Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter : 0);
     }
     return data;
   }
@@ -247,25 +250,41 @@
     state.refresh = null;
   }
 
-  /** Calls `refresh` every few seconds while the view is shown and the tab is visible. */
+  /**
+   * Calls `refresh` every few seconds while the view is shown and the tab is
+   * visible: one call at a time (a slow answer is waited for, never stacked
+   * on), and after a 429 or 503 not before the `Retry-After` it names.
+   */
   function startRefresh(refresh) {
     stopRefresh();
     state.refresh = refresh;
-    schedule();
+    if (!state.refreshing) schedule(REFRESH_MS);
   }
-  function schedule() {
+  function schedule(wait) {
     clearTimeout(state.timer);
-    state.timer = setTimeout(tick, REFRESH_MS);
+    state.timer = setTimeout(tick, wait);
   }
   async function tick() {
     const refresh = state.refresh;
-    if (!refresh || document.hidden) return;
+    // A refresh still waiting for its answer schedules the next when it ends.
+    if (!refresh || document.hidden || state.refreshing) return;
+    // Not even when the tab shows again before the API's Retry-After.
+    const early = state.notBefore - Date.now();
+    if (early > 0) return schedule(early);
+    state.refreshing = true;
+    let wait = REFRESH_MS;
     try {
       await refresh();
     } catch (error) {
-      if (error instanceof ApiError && state.refresh === refresh) showError(error.message);
+      if (error instanceof ApiError) {
+        wait = Math.max(wait, error.retryAfter * 1000);
+        if (state.refresh === refresh) showError(error.message);
+      }
+    } finally {
+      state.refreshing = false;
     }
-    if (state.refresh === refresh) schedule();
+    state.notBefore = wait > REFRESH_MS ? Date.now() + wait : 0;
+    if (state.refresh && !document.hidden) schedule(wait);
   }
   document.addEventListener("visibilitychange", () => {
     if (document.hidden) clearTimeout(state.timer);

@@ -323,6 +323,62 @@ test("live refresh pauses while the tab is hidden and resumes when it shows", as
   }
 });
 
+test("live refresh: a slow answer is waited for, never stacked on; a 503's Retry-After is kept", async () => {
+  await openEndpoint(await mainEndpoint());
+  const logs = (url) => /\/v0\/webhooks\/[^/]+\/logs$/.test(url.pathname);
+  // The API's own answers, held back four seconds: longer than the refresh
+  // interval, and the tab "shows again" twice while they wait.
+  let inFlight = 0;
+  let most = 0;
+  let slow = 0;
+  await page.route(logs, async (route) => {
+    inFlight += 1;
+    most = Math.max(most, inFlight);
+    slow += 1;
+    try {
+      const response = await route.fetch();
+      await sleep(4_000);
+      await route.fulfill({ response });
+    } finally {
+      inFlight -= 1;
+    }
+  });
+  try {
+    await until("a held-back refresh", async () => inFlight > 0, 8_000);
+    for (let i = 0; i < 2; i += 1) {
+      await page.evaluate(() => document.dispatchEvent(new Event("visibilitychange")));
+      await sleep(1_000);
+    }
+    await until("a second refresh after the slow one", async () => slow >= 2, 12_000);
+    assert.equal(most, 1, `${most} log requests were in flight at once`);
+    await until("the held-back answer", async () => inFlight === 0, 8_000);
+  } finally {
+    await page.unroute(logs);
+  }
+  // Busy: the API answers 503 with Retry-After: 12 (as a bounded read that
+  // ran out of time does); the page waits that long before it asks again.
+  const asked = [];
+  await page.route(logs, async (route) => {
+    asked.push(Date.now());
+    await route.fulfill({
+      status: 503,
+      headers: { "Retry-After": "12", "Content-Type": "application/json" },
+      json: { error: "unavailable", message: "The database is busy; try again in a few seconds." },
+    });
+  });
+  try {
+    await until("a refresh answered 503", async () => asked.length > 0, 8_000);
+    await page.getByRole("alert").filter({ hasText: "The database is busy" }).waitFor({ timeout: LIVE });
+    await page.evaluate(() => document.dispatchEvent(new Event("visibilitychange")));
+    await sleep(9_000);
+    assert.equal(asked.length, 1, "the page asked again before the Retry-After it was given");
+    await until("the refresh after the Retry-After", async () => asked.length > 1, 8_000);
+    assert.ok(asked[1] - asked[0] >= 11_500, `asked again after ${asked[1] - asked[0]} ms, not 12 s`);
+  } finally {
+    await page.unroute(logs);
+  }
+});
+
 test("signature checker: a real delivery is genuine, a changed body is not", async () => {
   if (!ctx.delivery) {
     await openEndpoint(await mainEndpoint());
