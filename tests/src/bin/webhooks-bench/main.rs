@@ -72,7 +72,13 @@
 //!    recoveries against the same run just before them;
 //! 10. standalone mode (`webhooks-api standalone` on a fresh `DATA_DIR`): end to
 //!     end with the bench's producer to the in-process receiver and with wrk to
-//!     nginx (CPU: the one process and nginx), and the latency to each.
+//!     nginx (CPU: the one process and nginx), and the latency to each;
+//! 11. history, only when `BENCH_PHASES` names it (it fills a database for
+//!     many minutes): the end-to-end, latency, fairness and recovery
+//!     measures, the log searches, a recover of thirty days and a retention
+//!     pass, on a fresh database and on one holding
+//!     `BENCH_HISTORY_DELIVERIES` (20,000,000) deliveries of thirty days,
+//!     side by side (see `history.rs`).
 //!
 //! Throughputs are also shown ÷ one core's signatures/s, to compare runs on
 //! a noisy machine. Targets (judged on the nginx figures): latency p50 ≤ 2 ms
@@ -84,13 +90,14 @@
 //! within 2× of its figure alone.
 //!
 //! Knobs (environment): `BENCH_PHASES` (`drain,e2e,latency,fairness,backlog,isolation,pace,scale,recovery,standalone`: the
-//! phases to run, for a profile of one of them), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
+//! phases to run, for a profile of one of them; `history` runs only when named), `BENCH_EVENTS` (10000), `BENCH_RATE` (200 events/s),
 //! `BENCH_LATENCY_SECS` (15), `BENCH_CONCURRENCY` (32), `BENCH_WRK_SECS` (20),
 //! `BENCH_WRK_THREADS` (2), `BENCH_WRK_CONNECTIONS` (32) and
 //! `BENCH_DISPATCHER_THREADS` (the dispatcher's tokio worker threads; default:
 //! one per core), `BENCH_BACKLOG` (50000), `BENCH_FAIR_RATE` (20 events/s) and
 //! `BENCH_ISOLATION_ENDPOINTS` (8 healthy and 8 hanging), `BENCH_PACE` (50 per second),
-//! `BENCH_RECOVERIES` (20) and `BENCH_RECOVERY_EVENTS` (100000), `BENCH_SCHEME` (the endpoints'
+//! `BENCH_RECOVERIES` (20) and `BENCH_RECOVERY_EVENTS` (100000), `BENCH_HISTORY_DELIVERIES`
+//! (20000000) and `BENCH_HISTORY_SEARCHES` (30 of each), `BENCH_SCHEME` (the endpoints'
 //! `signature_scheme`: `platform`, RSA-2048, or `standard`, Ed25519).
 
 use std::{
@@ -121,9 +128,17 @@ use tokio::{
 };
 use webhooks_model::SignatureScheme;
 
-/// Whether `BENCH_PHASES` (default: every phase) names `phase`.
+mod history;
+
+/// Whether `BENCH_PHASES` (default: every phase but `history`) names `phase`.
 fn phase(phase: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == phase))
+}
+
+/// Whether `BENCH_PHASES` names `phase`: a phase that runs only when asked
+/// for (the history phase fills a database for many minutes).
+fn phase_named(phase: &str) -> bool {
+    std::env::var("BENCH_PHASES").is_ok_and(|phases| phases.split(',').any(|p| p.trim() == phase))
 }
 
 /// The endpoints' `signature_scheme`: `BENCH_SCHEME`, `platform` when unset;
@@ -1470,6 +1485,18 @@ async fn main() -> anyhow::Result<()> {
     database.remove().await;
     queues.remove().await;
 
+    // 11. History, when named: a fresh database and thirty days of history.
+    if phase_named("history") {
+        let context = history::Shared {
+            bin: &stack.bin,
+            ca: &ca,
+            receiver_port,
+            in_process_arrivals: &in_process_arrivals,
+            nginx: &nginx,
+        };
+        history::run(&mut bench, &context).await?;
+    }
+
     // 10. Standalone mode: the same end to end and latency, one process.
     if phase("standalone") {
         standalone(&mut bench, &ca, receiver_port, &in_process_arrivals, &nginx).await?;
@@ -1554,17 +1581,29 @@ async fn recovery(
         let (client, url, key, since) =
             (client.clone(), format!("{}/webhooks/{id}/recover", stack.api_url), key.clone(), since.clone());
         async move {
-            let response = client
-                .post(url)
-                .header("Api-Key", key)
-                .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
-                .json(&json!({"since": since}))
-                .send()
-                .await?;
-            if response.status() != 202 {
-                bail!("recover answered {}: {}", response.status(), response.text().await?);
+            // One count of a developer's at a time: the others are told
+            // when to come back, as any client is.
+            loop {
+                let response = client
+                    .post(&url)
+                    .header("Api-Key", &key)
+                    .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+                    .json(&json!({"since": since}))
+                    .send()
+                    .await?;
+                match response.status().as_u16() {
+                    202 => return Ok::<_, anyhow::Error>(()),
+                    429 => {
+                        let wait = response
+                            .headers()
+                            .get("retry-after")
+                            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                            .unwrap_or(1);
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
+                    status => bail!("recover answered {status}: {}", response.text().await?),
+                }
             }
-            Ok::<_, anyhow::Error>(())
         }
     };
     futures::future::try_join_all(ids.iter().cloned().map(recover)).await?;
